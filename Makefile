@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# ibext: out-of-tree Rust RDMA module.
+#
+#   make run     boot QEMU with rxe0/rxe1, load ibext, show what it sees
+#   make check   host tests, then the KUnit suites on rxe in QEMU
+#
+# Every target bootstraps what it needs (make setup); the test kernel is built
+# once and cached outside the checkout (IBEXT_CACHE, default ~/.cache/ibext).
+# KDIR= points the module build at another CONFIG_RUST kernel built with the
+# same toolchain.
+
+IBEXT_CACHE ?= $(HOME)/.cache/ibext
+export IBEXT_CACHE
+export PATH := $(IBEXT_CACHE)/tools/bin:$(PATH)
+
+TOP := $(CURDIR)
+BUILD := $(TOP)/build
+FLAVOUR ?= test
+SUITE ?=
+SMP ?= 4
+TIMEOUT ?= 900
+
+ifeq ($(origin KDIR), undefined)
+KDIR := $(shell $(TOP)/scripts/kernel-dir.sh $(FLAVOUR))
+KERNEL_DEP := kernel
+else
+KERNEL_DEP :=
+endif
+
+KMAKE = $(MAKE) -C $(KDIR) LLVM=1
+
+.PHONY: all modules setup kernel kunit-module check run host-test clippy fmt clean initramfs
+
+all: modules
+
+setup:
+	@$(TOP)/scripts/setup.sh
+
+kernel: setup
+	@$(TOP)/scripts/build-kernel.sh $(FLAVOUR)
+
+# The product module, built in place.
+modules: setup $(KERNEL_DEP)
+	+$(KMAKE) M=$(TOP) modules
+
+# The KUnit flavour: the same sources with the suites compiled in, built in a
+# copy so that the two flavours do not rebuild each other.
+kunit-module: setup $(KERNEL_DEP)
+	@mkdir -p $(BUILD)/kunit
+	@rsync -a --delete --exclude='*.o' --exclude='*.ko' --exclude='.*.cmd' \
+		--exclude='*.mod*' --exclude='bindings_generated.rs' \
+		--exclude=modules.order --exclude=Module.symvers \
+		$(TOP)/Kbuild $(TOP)/rust $(TOP)/include $(BUILD)/kunit/
+	@rsync -a $(TOP)/rust/ $(BUILD)/kunit/rust/ --exclude='*.o' --exclude='.*.cmd' \
+		--exclude='bindings_generated.rs' --exclude='*.d'
+	+$(KMAKE) M=$(BUILD)/kunit IBEXT_KUNIT=y modules
+
+clippy: setup $(KERNEL_DEP)
+	+$(KMAKE) M=$(TOP) CLIPPY=1 modules
+
+fmt: setup $(KERNEL_DEP)
+	rustfmt --edition 2021 --config-path $(KDIR)/source/.rustfmt.toml \
+		$(filter-out %bindings_generated.rs,$(shell find rust host -name '*.rs'))
+
+host-test: setup
+	cd host && cargo test -q
+
+check: host-test modules kunit-module
+	python3 $(TOP)/kunit/run.py --mode check --kdir $(KDIR) --smp $(SMP) \
+		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD)
+
+run: modules
+	python3 $(TOP)/kunit/run.py --mode run --kdir $(KDIR) --smp $(SMP) \
+		--timeout $(TIMEOUT) --out $(BUILD)
+
+clean:
+	-[ -d "$(KDIR)" ] && $(KMAKE) M=$(TOP) clean
+	rm -rf $(BUILD) host/target rust/bindings_generated.rs

@@ -1,0 +1,156 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# /init of the ibext test guest (see kunit/run.py).  Sets up two soft-RoCE
+# devices, rxe0 on veth0 and rxe1 on veth2, then runs the mode the host asked
+# for on the kernel command line (ibext.mode=check|run) and powers off.
+#
+# Markers and step results go through /dev/kmsg so that they stay in order
+# with the kernel's own messages on the console; the host parses them:
+#   ibext-guest: ok|not ok <n> - <what>     one guest-side test step
+#   ibext-guest: begin kunit <module>       KTAP of <module> follows
+#   ibext-guest: end kunit <module>
+#   ibext-guest: done <steps>               the guest finished normally
+
+/bin/busybox --install -s /bin
+export PATH=/usr/sbin:/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug
+mkdir -p /tmp && mount -t tmpfs tmp /tmp
+
+# busybox sh prefers its own applets to PATH, so iproute2's ip is named in full.
+ip() { /usr/sbin/ip "$@"; }
+
+log() { echo "ibext-guest: $*" > /dev/kmsg; }
+param() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p"; }
+
+MODE=$(param ibext.mode)
+SUITE=$(param ibext.suite)
+SMP=$(param ibext.smp)
+STEPS=0
+
+# step <description> <command...>: one guest-side test, reported ok/not ok.
+step() {
+	desc=$1; shift
+	STEPS=$((STEPS + 1))
+	if out=$("$@" 2>&1); then
+		log "ok $STEPS - $desc"
+	else
+		log "not ok $STEPS - $desc"
+		echo "$out" | while read -r l; do log "# $l"; done
+	fi
+}
+
+finish() {
+	log "done $STEPS"
+	sync
+	poweroff -f
+	sleep 5
+	reboot -f
+}
+
+D=/sys/kernel/debug/ibext
+RXE_ADD0="rdma link add rxe0 type rxe netdev veth0"
+RXE_ADD1="rdma link add rxe1 type rxe netdev veth2"
+
+setup() {
+	echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad
+	echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
+	ip link set lo up
+	ip link add veth0 type veth peer name veth1 &&
+	ip link add veth2 type veth peer name veth3 || return 1
+	for i in 0 1 2 3; do ip link set veth$i up || return 1; done
+	# rxe asks the crypto API for "crc32" at link time: not a symbol dependency.
+	modprobe crc32_generic && modprobe rdma_rxe || return 1
+	$RXE_ADD0 && $RXE_ADD1
+}
+
+cpus_match() { [ "$(grep -c ^processor /proc/cpuinfo)" = "$SMP" ]; }
+
+# Load and unload the product module with devices present, leaving and
+# arriving in between; its exit warns (and the host fails) on any leak.
+cycle() {
+	insmod /ibext/ibext.ko || return 1
+	[ -e $D/rxe0/state ] && [ -e $D/rxe1/state ] || { echo "no state"; return 1; }
+	if [ "$1" = churn ]; then
+		rdma link delete rxe1 || return 1
+		[ ! -e $D/rxe1 ] || { echo "rxe1 state left"; return 1; }
+		$RXE_ADD1 || return 1
+		[ -e $D/rxe1/state ] || { echo "rxe1 state missing"; return 1; }
+		grep -q "device_state made 3 freed 1 live 2" $D/objects ||
+			{ cat $D/objects; return 1; }
+	fi
+	rmmod ibext || return 1
+	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
+	if [ "$1" = absent ]; then
+		# A device registered while ibext is not loaded is picked up at load.
+		rdma link delete rxe1 && $RXE_ADD1
+	fi
+}
+
+# kunit <module path>: insert a KUnit module; its suites run during insmod.
+kunit() {
+	name=$(basename "$1" .ko)
+	log "begin kunit $name"
+	insmod "$1"
+	rc=$?
+	log "end kunit $name"
+	STEPS=$((STEPS + 1))
+	if [ $rc = 0 ] && rmmod "$name"; then
+		log "ok $STEPS - insmod and rmmod of the KUnit flavour of $name"
+	else
+		log "not ok $STEPS - insmod and rmmod of the KUnit flavour of $name"
+	fi
+}
+
+check() {
+	if [ -z "$SUITE" ] || [ "$SUITE" = ibext_guest ]; then
+		step "guest sees $SMP CPUs (ACPI)" cpus_match
+		step "insmod/rmmod cycle 1" cycle
+		step "insmod/rmmod cycle 2, rxe1 removed and re-added while loaded" cycle churn
+		step "insmod/rmmod cycle 3, rxe1 re-added while unloaded" cycle absent
+		step "insmod/rmmod cycle 4" cycle
+	fi
+	if [ "$SUITE" != ibext_guest ]; then
+		kunit /ibext/kunit/ibext.ko
+	fi
+	step "rdma link delete rxe0 rxe1 after the tests" \
+		sh -c "rdma link delete rxe0 && rdma link delete rxe1"
+}
+
+run() {
+	echo "== RDMA devices"
+	rdma link show
+	echo "== insmod ibext.ko"
+	insmod /ibext/ibext.ko || { log "not ok 1 - insmod"; return; }
+	echo "== /sys/kernel/debug/ibext"
+	for f in $D/*/state; do echo "-- $f"; cat "$f"; done
+	echo "-- $D/objects"; cat $D/objects
+	echo "== rdma link delete rxe1 (ibext detaches)"
+	rdma link delete rxe1
+	ls $D
+	echo "== rdma link add rxe1 (ibext attaches)"
+	$RXE_ADD1
+	ls $D
+	cat $D/objects
+	echo "== rmmod ibext"
+	rmmod ibext
+	echo "== kernel log"
+	dmesg | grep -i ibext
+	log "ok 1 - demo"
+	STEPS=1
+}
+
+if setup > /tmp/setup.log 2>&1; then
+	case "$MODE" in
+	run) run ;;
+	*) check ;;
+	esac
+else
+	STEPS=1
+	log "not ok 1 - guest setup (veth, rdma_rxe, rxe0, rxe1)"
+	while read -r l; do log "# $l"; done < /tmp/setup.log
+fi
+finish

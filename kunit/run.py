@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Boot the ibext test guest in QEMU and judge what it printed.
+
+Builds an initramfs (busybox, iproute2's ip and rdma with their libraries, the
+test kernel's modules, ibext.ko and its KUnit flavour, kunit/guest-init.sh as
+/init), boots it under TCG, keeps the whole console in a log file, and then:
+
+  * parses the KTAP of every KUnit module the guest inserted, between the
+    guest's "begin kunit"/"end kunit" markers;
+  * counts the guest's own steps ("ibext-guest: ok|not ok N - ...");
+  * fails on a missing or short test plan, a suite that should have run and
+    did not, any oops/BUG/WARN/lockdep/KASAN/kmemleak report, a guest that
+    never said "done", and a timeout.
+
+The last line is "N passed, N failed"; the exit status is 0 only if nothing
+failed.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Kernel reports that fail a run wherever they appear on the console.
+BAD = [
+    (re.compile(r"-+\[ cut here \]-+"), "kernel warning/bug"),
+    (re.compile(r"\bWARNING: (CPU|possible|suspicious)"), "kernel WARNING"),
+    (re.compile(r"\bBUG: "), "kernel BUG"),
+    (re.compile(r"\bOops\b"), "oops"),
+    (re.compile(r"Kernel panic"), "kernel panic"),
+    (re.compile(r"general protection fault"), "general protection fault"),
+    (re.compile(r"KASAN|UBSAN"), "sanitizer report"),
+    (re.compile(r"possible (recursive|circular) locking|inconsistent lock state|"
+                r"lockdep|suspicious RCU usage|INFO: trying to register non-static key"),
+     "lockdep report"),
+    (re.compile(r"unreferenced object 0x"), "kmemleak report"),
+    (re.compile(r"blocked for more than \d+ seconds"), "hung task"),
+    (re.compile(r"rcu: .*detected stalls?"), "RCU stall"),
+    (re.compile(r"list_(add|del) corruption"), "list corruption"),
+    (re.compile(r"ibext: .* leaked at unload"), "ibext leak at unload"),
+]
+
+TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+GUEST = re.compile(r"^ibext-guest: (.*)$")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def expected_suites():
+    """Every suite declared in the crate's tests (kunit_suite!(name, ...))."""
+    names = []
+    for root, _, files in os.walk(os.path.join(TOP, "rust", "tests")):
+        for f in files:
+            if f.endswith(".rs"):
+                text = open(os.path.join(root, f)).read()
+                names += re.findall(r"^kunit_suite!\(\s*(\w+)\s*,", text, re.M)
+    return sorted(names)
+
+
+def ldd_libs(binary):
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    libs = []
+    for line in out.splitlines():
+        m = re.search(r"(/\S+) \(0x", line)
+        if m:
+            libs.append(m.group(1))
+    return libs
+
+
+def build_initramfs(args, stage):
+    if os.path.exists(stage):
+        shutil.rmtree(stage)
+    for d in ["bin", "sbin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "lib",
+              "lib64", "ibext/kunit"]:
+        os.makedirs(os.path.join(stage, d), exist_ok=True)
+    shutil.copy2("/bin/busybox", os.path.join(stage, "bin/busybox"))
+    os.symlink("busybox", os.path.join(stage, "bin/sh"))
+    tools = {"rdma": "bin/rdma", "ip": "usr/sbin/ip"}
+    for tool, dest in tools.items():
+        path = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin")
+        if not path:
+            sys.exit(f"ibext run: missing: {tool} (package iproute2)")
+        shutil.copy2(path, os.path.join(stage, dest))
+        for lib in ldd_libs(path):
+            dst = os.path.join(stage, lib.lstrip("/"))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.realpath(lib), dst)
+    shutil.copy2(os.path.join(TOP, "kunit", "guest-init.sh"), os.path.join(stage, "init"))
+    os.chmod(os.path.join(stage, "init"), 0o755)
+
+    modinst = os.path.join(args.kdir, "modinst")
+    if not os.path.isdir(os.path.join(modinst, "lib", "modules")):
+        modinst = os.path.join(args.out, "modinst")
+        shutil.rmtree(modinst, ignore_errors=True)
+        sh(["make", "-s", "-C", args.kdir, "LLVM=1", f"INSTALL_MOD_PATH={modinst}",
+            "modules_install"], stdout=subprocess.DEVNULL)
+    shutil.copytree(os.path.join(modinst, "lib", "modules"),
+                    os.path.join(stage, "lib", "modules"), symlinks=True)
+
+    shutil.copy2(os.path.join(TOP, "ibext.ko"), os.path.join(stage, "ibext", "ibext.ko"))
+    kunit_ko = os.path.join(args.out, "kunit", "ibext.ko")
+    if args.mode == "check":
+        shutil.copy2(kunit_ko, os.path.join(stage, "ibext", "kunit", "ibext.ko"))
+
+    cpio = os.path.join(args.out, "initramfs.cpio")
+    files = subprocess.run(["find", "."], cwd=stage, capture_output=True, check=True).stdout
+    with open(cpio, "wb") as f:
+        sh(["cpio", "--quiet", "-o", "-H", "newc"], cwd=stage, input=files, stdout=f)
+    return cpio
+
+
+def boot(args, cpio, log_path):
+    bzimage = os.path.join(args.kdir, "arch", "x86", "boot", "bzImage")
+    append = ["console=ttyS0", "panic=-1", f"ibext.mode={args.mode}", f"ibext.smp={args.smp}"]
+    if args.suite:
+        append.append(f"ibext.suite={args.suite}")
+        if args.suite != "ibext_guest":
+            append.append(f"kunit.filter_glob={args.suite}")
+    cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", str(args.smp),
+           "-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
+           "-kernel", bzimage, "-initrd", cpio, "-append", " ".join(a for a in append if a)]
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        os.set_blocking(proc.stdout.fileno(), False)
+        while True:
+            chunk = proc.stdout.read()
+            if chunk:
+                log.write(chunk)
+                log.flush()
+                if args.mode == "run" or args.verbose:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+            if proc.poll() is not None:
+                rest = proc.stdout.read()
+                if rest:
+                    log.write(rest)
+                    if args.mode == "run" or args.verbose:
+                        sys.stdout.buffer.write(rest)
+                break
+            if time.monotonic() - start > args.timeout:
+                timed_out = True
+                proc.kill()
+                proc.wait()
+                break
+            time.sleep(0.05)
+    return timed_out, time.monotonic() - start
+
+
+class Result:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+        self.skipped = 0
+        self.problems = []
+
+    def fail(self, what):
+        self.failed += 1
+        self.problems.append(what)
+
+
+def parse_ktap(module, lines, res, suites_seen):
+    """Judge the KTAP a module printed between the guest's markers."""
+    top_plan = None
+    top_results = 0
+    suite = None          # [name, plan, results]
+    for line in lines:
+        m = re.match(r"^1\.\.(\d+)$", line)
+        if m and top_plan is None:
+            top_plan = int(m.group(1))
+            continue
+        m = re.match(r"^    # Subtest: (\S+)$", line)
+        if m:
+            suite = [m.group(1), None, 0]
+            suites_seen.append(m.group(1))
+            continue
+        m = re.match(r"^    1\.\.(\d+)$", line)
+        if m and suite is not None:
+            suite[1] = int(m.group(1))
+            continue
+        m = re.match(r"^    (not ok|ok) (\d+) (\S+)(.*)$", line)
+        if m and suite is not None:
+            suite[2] += 1
+            name = f"{suite[0]}.{m.group(3)}"
+            if m.group(1) == "not ok":
+                res.fail(f"KUnit {name}")
+            elif "# SKIP" in m.group(4):
+                res.skipped += 1
+            else:
+                res.passed += 1
+            continue
+        m = re.match(r"^(not ok|ok) (\d+) (\S+)", line)
+        if m:
+            top_results += 1
+            if suite is not None:
+                if suite[1] is None:
+                    res.fail(f"KUnit suite {suite[0]}: no test plan")
+                elif suite[2] != suite[1]:
+                    res.fail(f"KUnit suite {suite[0]}: plan 1..{suite[1]}, "
+                             f"{suite[2]} results")
+                if m.group(1) == "not ok" and suite[2] == 0:
+                    res.fail(f"KUnit suite {suite[0]} failed before its cases ran")
+            suite = None
+    if top_plan is None:
+        res.fail(f"KUnit module {module}: no test plan")
+    elif top_results != top_plan:
+        res.fail(f"KUnit module {module}: plan 1..{top_plan}, {top_results} suites reported")
+    if suite is not None:
+        res.fail(f"KUnit suite {suite[0]}: never finished")
+
+
+def judge(args, log_path, timed_out):
+    res = Result()
+    raw = open(log_path, "rb").read().decode("utf-8", "replace")
+    lines = [TS.sub("", l.rstrip("\r")) for l in raw.split("\n")]
+
+    for line in lines:
+        for pat, what in BAD:
+            if pat.search(line):
+                res.fail(f"console: {what}: {line.strip()}")
+                break
+
+    done = None
+    blocks = {}
+    current = None
+    suites_seen = []
+    for line in lines:
+        m = GUEST.match(line)
+        if not m:
+            if current is not None:
+                blocks[current].append(line)
+            continue
+        msg = m.group(1)
+        if msg.startswith("begin kunit "):
+            current = msg.split()[2]
+            blocks[current] = []
+        elif msg.startswith("end kunit "):
+            current = None
+        elif msg.startswith("done"):
+            done = msg
+        else:
+            s = re.match(r"^(not ok|ok) (\d+) - (.*)$", msg)
+            if s:
+                if s.group(1) == "ok":
+                    res.passed += 1
+                else:
+                    res.fail(f"guest step: {s.group(3)}")
+            elif args.verbose or msg.startswith("#"):
+                print(f"  guest {msg}")
+    for module, block in blocks.items():
+        parse_ktap(module, block, res, suites_seen)
+    if current is not None:
+        res.fail(f"KUnit module {current}: never finished (guest stopped inside insmod)")
+
+    if args.mode == "check":
+        want = expected_suites()
+        if args.suite and args.suite != "ibext_guest":
+            want = [args.suite]
+        if args.suite != "ibext_guest":
+            for s in want:
+                if s not in suites_seen:
+                    res.fail(f"KUnit suite {s} did not run")
+    if timed_out:
+        res.fail(f"timeout after {args.timeout}s")
+    if done is None:
+        res.fail("guest did not finish (no 'ibext-guest: done')")
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=["check", "run"], default="check")
+    ap.add_argument("--kdir", required=True)
+    ap.add_argument("--smp", type=int, default=4)
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--suite", default="")
+    ap.add_argument("--out", default=os.path.join(TOP, "build"))
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    cpio = build_initramfs(args, os.path.join(args.out, "initramfs"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_path = os.path.join(args.out, f"console-{args.mode}-{stamp}.log")
+    print(f"ibext: booting the test guest (-smp {args.smp}, TCG); console log: {log_path}",
+          flush=True)
+    timed_out, secs = boot(args, cpio, log_path)
+    res = judge(args, log_path, timed_out)
+    print(f"ibext: guest ran {secs:.1f}s; console log: {log_path}")
+    for p in res.problems:
+        print(f"FAIL: {p}")
+    skipped = f", {res.skipped} skipped" if res.skipped else ""
+    print(f"{res.passed} passed, {res.failed} failed{skipped}")
+    sys.exit(1 if res.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-device state: everything ibext keeps for one registered `ib_device`.
+//!
+//! Made by the client's `add`, torn down by its `remove` in exact reverse order. Later pieces
+//! (CQ pools, SRQ pools, the GID index) hang off this and are set up and torn down here.
+//!
+//! Lock order: `DeviceState::inner` is a leaf lock. It is never held across a debugfs removal,
+//! because removal waits for readers of the device's files.
+
+use crate::{
+    debugfs::{Dir, SeqFile, Show, ShowFile},
+    ib::Device,
+    ledger::{Kind, Token},
+};
+use core::{fmt::Write, ptr::NonNull};
+use kernel::{
+    c_str, new_mutex,
+    prelude::*,
+    str::CStr,
+    sync::{Arc, Mutex},
+};
+
+/// Length of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
+const NAME_MAX: usize = crate::bindings::IB_DEVICE_NAME_MAX as usize;
+
+/// A copy of a device name, NUL-terminated.
+#[derive(Clone, Copy)]
+struct DevName([u8; NAME_MAX]);
+
+impl DevName {
+    fn new(name: &CStr) -> Self {
+        let mut buf = [0u8; NAME_MAX];
+        let bytes = name.as_bytes();
+        let len = bytes.len().min(NAME_MAX - 1);
+        buf[..len].copy_from_slice(&bytes[..len]);
+        DevName(buf)
+    }
+
+    fn as_cstr(&self) -> &CStr {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(NAME_MAX - 1);
+        // SAFETY: `self.0[len]` is NUL (found above, or the last byte, which `new` never writes)
+        // and no byte before it is.
+        unsafe { CStr::from_bytes_with_nul_unchecked(&self.0[..=len]) }
+    }
+}
+
+/// The fields of [`DeviceState`] that change after `add`.
+struct DeviceInner {
+    /// The device's name, as last told by ib_core.
+    name: DevName,
+    /// `/sys/kernel/debug/ibext/<dev>/`; taken out and dropped outside the lock on removal.
+    dir: Option<Dir>,
+}
+
+/// ibext's state for one registered RDMA device.
+///
+/// # Invariants
+///
+/// `dev` is registered with ib_core from `add` until `remove`; the state is only reached through
+/// the client data, which ib_core clears before calling `remove`.
+#[pin_data]
+pub(crate) struct DeviceState {
+    dev: NonNull<crate::bindings::ib_device>,
+    comp_vectors: u32,
+    #[pin]
+    inner: Mutex<DeviceInner>,
+    #[pin]
+    state_file: ShowFile<DeviceState>,
+    _token: Token,
+}
+
+// SAFETY: `dev` is only used through `Device`, which is `Sync`; the rest is protected by `inner`
+// or immutable.
+unsafe impl Send for DeviceState {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for DeviceState {}
+
+impl DeviceState {
+    /// Makes the state for `dev` (the client's `add`).
+    pub(crate) fn add(dev: &Device) -> Result<Arc<Self>> {
+        let name = DevName::new(dev.name());
+        let comp_vectors = dev.usable_comp_vectors();
+        let raw = NonNull::from(dev).cast();
+        let state = Arc::pin_init(
+            pin_init!(Self {
+                dev: raw,
+                comp_vectors,
+                inner <- new_mutex!(DeviceInner { name, dir: None }, "DeviceState::inner"),
+                state_file <- ShowFile::new(),
+                _token: Token::new(Kind::DeviceState),
+            }),
+            GFP_KERNEL,
+        )?;
+
+        let dir = Dir::new_in_root(name.as_cstr());
+        // SAFETY: The contents of an `Arc` never move, so `state_file` is pinned, and it lives as
+        // long as `*state`. The directory holding the file is dropped in `remove`, while the
+        // client data still holds a reference to `*state`.
+        unsafe { Pin::new_unchecked(&state.state_file).create(c_str!("state"), &dir, &*state) };
+        state.inner.lock().dir = Some(dir);
+        pr_debug!("attached to {}\n", name.as_cstr());
+        Ok(state)
+    }
+
+    /// Tears the state down in the reverse order of [`DeviceState::add`] (the client's `remove`).
+    pub(crate) fn remove(self: Arc<Self>, dev: &Device) {
+        // Dropped outside the lock: removal waits for readers, which may be in `show`.
+        let dir = self.inner.lock().dir.take();
+        drop(dir);
+        pr_debug!("detached from {}\n", dev.name());
+        drop(self);
+    }
+
+    /// Follows a device rename (the client's `rename`).
+    pub(crate) fn rename(&self, dev: &Device) {
+        let name = DevName::new(dev.name());
+        let mut inner = self.inner.lock();
+        inner.name = name;
+        if let Some(dir) = &inner.dir {
+            dir.rename(name.as_cstr());
+        }
+    }
+
+    /// Returns the device.
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: `dev` is registered while the state is reachable (type invariant).
+        unsafe { Device::from_raw(self.dev.as_ptr()) }
+    }
+
+    /// Returns the number of completion vectors the pools use for this device.
+    #[cfg_attr(
+        not(ibext_kunit),
+        expect(dead_code, reason = "the pool APIs are its first users outside the tests")
+    )]
+    pub(crate) fn comp_vectors(&self) -> u32 {
+        self.comp_vectors
+    }
+
+    /// Returns whether `name` is the device's name as ibext last saw it.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn name_matches(&self, name: &CStr) -> bool {
+        self.inner.lock().name.as_cstr().as_bytes() == name.as_bytes()
+    }
+}
+
+impl Show for DeviceState {
+    fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
+        let name = self.inner.lock().name;
+        let dev = self.device();
+        let attrs = dev.attrs();
+        writeln!(m, "device {}", name.as_cstr())?;
+        writeln!(m, "ports {}", dev.phys_port_cnt())?;
+        writeln!(
+            m,
+            "comp_vectors {} (device {})",
+            self.comp_vectors,
+            dev.num_comp_vectors()
+        )?;
+        writeln!(m, "max_cqe {}", attrs.max_cqe)?;
+        writeln!(m, "max_cq {}", attrs.max_cq)?;
+        writeln!(m, "max_qp {}", attrs.max_qp)?;
+        writeln!(m, "max_srq {}", attrs.max_srq)?;
+        writeln!(m, "max_srq_wr {}", attrs.max_srq_wr)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ibext: shared-resource machinery for RDMA upper-layer protocols.
+//!
+//! ibext registers with ib_core as a client, keeps per-device state for every registered RDMA
+//! device, and offers ULPs (through `include/rdma/ibext.h` and the crate's Rust API) the shared
+//! resources they need to scale. See `Documentation/ibext.rst`.
+//!
+//! This file holds only `mod` lines, the module object and its lifetime.
+
+mod bindings;
+mod client;
+mod debugfs;
+mod device;
+mod ib;
+mod ledger;
+mod warn;
+
+#[cfg(ibext_kunit)]
+mod kunit;
+#[cfg(ibext_kunit)]
+mod tests;
+
+use core::{fmt::Write, pin::Pin};
+use debugfs::{RootDir, SeqFile, Show, ShowFile};
+use kernel::{c_str, prelude::*};
+use warn::warn_on_once;
+
+module! {
+    type: Ibext,
+    name: "ibext",
+    author: "ibext developers",
+    description: "Shared CQ/SRQ pools, DIM and GID lookup for RDMA ULPs",
+    license: "GPL",
+}
+
+/// Renders `/sys/kernel/debug/ibext/objects`: made, freed and live objects of every kind.
+struct LedgerView;
+
+impl Show for LedgerView {
+    fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
+        for kind in ledger::Kind::ALL {
+            let c = ledger::counts(kind);
+            writeln!(m, "{} made {} freed {} live {}", kind.name(), c.made, c.freed, c.live())?;
+        }
+        Ok(())
+    }
+}
+
+static LEDGER_VIEW: LedgerView = LedgerView;
+
+/// The module object. Fields drop in order: the client first (every device's state is torn
+/// down), then the debugfs root, then the file the root showed.
+struct Ibext {
+    client: Option<client::Registration>,
+    _root: RootDir,
+    _objects: Pin<KBox<ShowFile<LedgerView>>>,
+}
+
+impl kernel::Module for Ibext {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let root = RootDir::new();
+        let objects = KBox::pin_init(ShowFile::new(), GFP_KERNEL)?;
+        // SAFETY: `objects` is pinned in its box and dropped after `root`, which removes the
+        // file; `LEDGER_VIEW` is a static.
+        unsafe { objects.as_ref().create(c_str!("objects"), root.dir(), &LEDGER_VIEW) };
+        let client = client::Registration::new()?;
+        pr_info!("loaded\n");
+        Ok(Ibext {
+            client: Some(client),
+            _root: root,
+            _objects: objects,
+        })
+    }
+}
+
+impl Drop for Ibext {
+    fn drop(&mut self) {
+        // Unregistering calls `remove` for every device, which frees its state.
+        drop(self.client.take());
+        for kind in ledger::Kind::ALL {
+            let c = ledger::counts(kind);
+            if c.live() != 0 {
+                pr_err!("{} {} objects leaked at unload\n", c.live(), kind.name());
+            }
+        }
+        warn_on_once!(ledger::live_total() != 0, "objects leaked at module unload");
+        pr_info!("unloaded\n");
+    }
+}

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the tests need from the guest around them: its userspace tools and its devices.
+
+use crate::{bindings, ib::Device};
+use core::ptr::NonNull;
+use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
+
+/// Runs `argv` (an absolute path first) in userspace and waits for it, as a user would from a
+/// shell: `rdma link delete rxe0` really goes through netlink and the rxe driver.
+///
+/// Returns the command's exit status (0 for success).
+pub(crate) fn run(argv: &[&CStr]) -> Result<i32> {
+    const MAX_ARGS: usize = 16;
+    if argv.is_empty() || argv.len() >= MAX_ARGS {
+        return Err(EINVAL);
+    }
+    let mut args = [core::ptr::null_mut::<c_char>(); MAX_ARGS];
+    for (slot, arg) in args.iter_mut().zip(argv) {
+        *slot = arg.as_char_ptr().cast_mut();
+    }
+    let mut envp = [
+        c"PATH=/bin:/sbin:/usr/bin:/usr/sbin".as_ptr().cast::<c_char>().cast_mut(),
+        c"HOME=/".as_ptr().cast::<c_char>().cast_mut(),
+        core::ptr::null_mut(),
+    ];
+    // SAFETY: `args` and `envp` are NULL-terminated arrays of NUL-terminated strings that
+    // outlive the call, which waits for the process to exit (UMH_WAIT_PROC) and does not
+    // write through them.
+    let ret = unsafe {
+        bindings::call_usermodehelper(
+            args[0],
+            args.as_mut_ptr(),
+            envp.as_mut_ptr(),
+            bindings::UMH_WAIT_PROC as i32,
+        )
+    };
+    if ret < 0 {
+        return Err(Error::from_errno(ret));
+    }
+    // A wait status: the exit code is in bits 8..16.
+    Ok((ret >> 8) & 0xff)
+}
+
+/// A reference to a registered RDMA device, found by name; dropped with `ib_device_put`.
+///
+/// # Invariants
+///
+/// `self.0` holds a reference taken by `ib_device_get_by_name`.
+pub(crate) struct DeviceRef(NonNull<bindings::ib_device>);
+
+impl DeviceRef {
+    /// Looks up a registered device by name.
+    pub(crate) fn get(name: &CStr) -> Option<Self> {
+        // SAFETY: `name` is NUL-terminated; any driver type matches.
+        let dev = unsafe {
+            bindings::ib_device_get_by_name(
+                name.as_char_ptr(),
+                bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+            )
+        };
+        // INVARIANT: a non-null result carries a reference.
+        NonNull::new(dev).map(DeviceRef)
+    }
+
+    /// The device. It stays registered while the test holds it: tests do not unregister a
+    /// device they hold.
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: The reference keeps the device alive, and tests drop it before they remove
+        // the device.
+        unsafe { Device::from_raw(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: We hold the reference taken in `get` (type invariant).
+        unsafe { bindings::ib_device_put(self.0.as_ptr()) };
+    }
+}
+
+/// Returns whether `/sys/kernel/debug/ibext/<path...>` exists.
+pub(crate) fn debugfs_exists(path: &[&CStr]) -> bool {
+    let mut parent: *mut bindings::dentry = core::ptr::null_mut();
+    let mut found: *mut bindings::dentry = core::ptr::null_mut();
+    for name in Iterator::chain(core::iter::once(&c_str!("ibext")), path) {
+        // SAFETY: `name` is NUL-terminated; `parent` is null (the debugfs root) or a dentry we
+        // hold a reference to.
+        found = unsafe { bindings::debugfs_lookup(name.as_char_ptr(), parent) };
+        if !parent.is_null() {
+            // SAFETY: We hold the reference `debugfs_lookup` returned for `parent`.
+            unsafe { bindings::dput(parent) };
+        }
+        if found.is_null() || kernel::error::from_err_ptr(found).is_err() {
+            return false;
+        }
+        parent = found;
+    }
+    // SAFETY: We hold the reference to the last dentry found.
+    unsafe { bindings::dput(found) };
+    true
+}

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit suites, compiled into the KUnit flavour of the module only (`--cfg ibext_kunit`).
+//!
+//! They run when that module is inserted, inside a QEMU guest that has rxe0 (on veth0) and
+//! rxe1 (on veth2): real devices, real ib_core. See `kunit/README.rst`.
+
+mod guest;
+mod lifecycle;
