@@ -30,7 +30,7 @@ endif
 
 KMAKE = $(MAKE) -C $(KDIR) LLVM=1
 
-.PHONY: all modules setup kernel kunit-module check run host-test clippy fmt clean initramfs
+.PHONY: all modules setup kernel kunit-module check run host-test clippy fmt fmt-check clean
 
 all: modules
 
@@ -48,25 +48,32 @@ modules: setup $(KERNEL_DEP)
 # copy so that the two flavours do not rebuild each other.
 kunit-module: setup $(KERNEL_DEP)
 	@mkdir -p $(BUILD)/kunit
-	@rsync -a --delete --exclude='*.o' --exclude='*.ko' --exclude='.*.cmd' \
-		--exclude='*.mod*' --exclude='bindings_generated.rs' \
-		--exclude=modules.order --exclude=Module.symvers \
+	@rsync -a --delete --exclude='*.o' --exclude='.*.cmd' --exclude='.*.d' \
+		--exclude='bindings_generated.rs' \
 		$(TOP)/Kbuild $(TOP)/rust $(TOP)/include $(BUILD)/kunit/
-	@rsync -a $(TOP)/rust/ $(BUILD)/kunit/rust/ --exclude='*.o' --exclude='.*.cmd' \
-		--exclude='bindings_generated.rs' --exclude='*.d'
-	+$(KMAKE) M=$(BUILD)/kunit IBEXT_KUNIT=y modules
+	+$(KMAKE) M=$(BUILD)/kunit IBEXT_KUNIT=y IBEXT_SRC=$(TOP) \
+		$(if $(CLIPPY),CLIPPY=$(CLIPPY)) modules
 
+# Both flavours through clippy-driver; the build must stay warning-free.
 clippy: setup $(KERNEL_DEP)
 	+$(KMAKE) M=$(TOP) CLIPPY=1 modules
+	+$(MAKE) kunit-module CLIPPY=1
+
+# rustfmt with the kernel's .rustfmt.toml; it follows the crate's mod lines.
+RUSTFMT = rustfmt --edition 2021 --config-path $(KDIR)/source/.rustfmt.toml
+RUST_ROOTS = rust/ibext_main.rs $(wildcard host/*.rs)
 
 fmt: setup $(KERNEL_DEP)
-	rustfmt --edition 2021 --config-path $(KDIR)/source/.rustfmt.toml \
-		$(filter-out %bindings_generated.rs,$(shell find rust host -name '*.rs'))
+	$(RUSTFMT) $(RUST_ROOTS)
+
+fmt-check: setup $(KERNEL_DEP)
+	@$(RUSTFMT) --check $(RUST_ROOTS) >/dev/null || \
+		{ echo "ibext: rustfmt differs; run 'make fmt'"; exit 1; }
 
 host-test: setup
 	cd host && cargo test -q
 
-check: host-test modules kunit-module
+check: fmt-check host-test modules kunit-module
 	python3 $(TOP)/kunit/run.py --mode check --kdir $(KDIR) --smp $(SMP) \
 		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD)
 

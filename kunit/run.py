@@ -224,10 +224,14 @@ def judge(args, log_path, timed_out):
     raw = open(log_path, "rb").read().decode("utf-8", "replace")
     lines = [TS.sub("", l.rstrip("\r")) for l in raw.split("\n")]
 
-    for line in lines:
+    # One failure per report: a "cut here" line and the WARNING under it are one report.
+    last = -10
+    for i, line in enumerate(lines):
         for pat, what in BAD:
             if pat.search(line):
-                res.fail(f"console: {what}: {line.strip()}")
+                if i - last > 2:
+                    res.fail(f"console: {what}: {line.strip()}")
+                last = i
                 break
 
     done = None

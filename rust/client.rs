@@ -80,7 +80,10 @@ impl Drop for Registration {
 /// makes between its `add` and `remove` lie inside ibext's `add`..`remove` of the same device.
 #[cfg_attr(
     not(ibext_kunit),
-    expect(dead_code, reason = "the pool APIs are its first users outside the tests")
+    expect(
+        dead_code,
+        reason = "the pool APIs are its first users outside the tests"
+    )
 )]
 pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
     if !REGISTERED.load(Ordering::Acquire) {
@@ -97,6 +100,11 @@ pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
     Some(borrowed.into())
 }
 
+/// The client's `add`.
+///
+/// # Safety
+///
+/// Called by ib_core only, with a device being registered.
 unsafe extern "C" fn add_one(dev: *mut bindings::ib_device) -> c_int {
     from_result(|| {
         // SAFETY: ib_core calls `add` with a device that stays registered until `remove`.
@@ -104,12 +112,21 @@ unsafe extern "C" fn add_one(dev: *mut bindings::ib_device) -> c_int {
         let state = DeviceState::add(dev)?;
         // SAFETY: `CLIENT` is registered and we are inside its `add` for `dev`.
         unsafe {
-            bindings::ib_set_client_data(dev.as_raw(), CLIENT.0.get(), state.into_foreign().cast_mut())
+            bindings::ib_set_client_data(
+                dev.as_raw(),
+                CLIENT.0.get(),
+                state.into_foreign().cast_mut(),
+            )
         };
         Ok(0)
     })
 }
 
+/// The client's `remove`.
+///
+/// # Safety
+///
+/// Called by ib_core only, once per successful `add`, with that call's client data.
 unsafe extern "C" fn remove_one(dev: *mut bindings::ib_device, data: *mut c_void) {
     if data.is_null() {
         return;
@@ -122,6 +139,11 @@ unsafe extern "C" fn remove_one(dev: *mut bindings::ib_device, data: *mut c_void
     state.remove(dev);
 }
 
+/// The client's `rename`.
+///
+/// # Safety
+///
+/// Called by ib_core only, between `add` and `remove`, with the client data of `add`.
 unsafe extern "C" fn rename_one(dev: *mut bindings::ib_device, data: *mut c_void) {
     if data.is_null() {
         return;

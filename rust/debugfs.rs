@@ -180,6 +180,11 @@ impl<T: Show> ShowFile<T> {
         unsafe { bindings::ibext_shim_debugfs_create_show(name.as_char_ptr(), dir.0, node) };
     }
 
+    /// The `show` of the shim's `file_operations`.
+    ///
+    /// # Safety
+    ///
+    /// Called by seq_file only, for a file made by [`ShowFile::create`], with its `data`.
     unsafe extern "C" fn show_callback(m: *mut bindings::seq_file, data: *mut c_void) -> c_int {
         from_result(|| {
             // SAFETY: debugfs only calls this while the file exists, and the file is removed

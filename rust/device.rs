@@ -131,7 +131,10 @@ impl DeviceState {
     /// Returns the number of completion vectors the pools use for this device.
     #[cfg_attr(
         not(ibext_kunit),
-        expect(dead_code, reason = "the pool APIs are its first users outside the tests")
+        expect(
+            dead_code,
+            reason = "the pool APIs are its first users outside the tests"
+        )
     )]
     pub(crate) fn comp_vectors(&self) -> u32 {
         self.comp_vectors

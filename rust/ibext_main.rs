@@ -41,7 +41,14 @@ impl Show for LedgerView {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         for kind in ledger::Kind::ALL {
             let c = ledger::counts(kind);
-            writeln!(m, "{} made {} freed {} live {}", kind.name(), c.made, c.freed, c.live())?;
+            writeln!(
+                m,
+                "{} made {} freed {} live {}",
+                kind.name(),
+                c.made,
+                c.freed,
+                c.live()
+            )?;
         }
         Ok(())
     }
@@ -63,7 +70,11 @@ impl kernel::Module for Ibext {
         let objects = KBox::pin_init(ShowFile::new(), GFP_KERNEL)?;
         // SAFETY: `objects` is pinned in its box and dropped after `root`, which removes the
         // file; `LEDGER_VIEW` is a static.
-        unsafe { objects.as_ref().create(c_str!("objects"), root.dir(), &LEDGER_VIEW) };
+        unsafe {
+            objects
+                .as_ref()
+                .create(c_str!("objects"), root.dir(), &LEDGER_VIEW)
+        };
         let client = client::Registration::new()?;
         pr_info!("loaded\n");
         Ok(Ibext {

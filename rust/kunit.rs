@@ -13,7 +13,7 @@
 //! references) instead of leaking it into the next test.
 
 use core::fmt;
-use kernel::{bindings, prelude::*};
+use kernel::bindings;
 
 /// A test failed; the failure has already been reported to KUnit.
 #[derive(Debug)]
@@ -29,10 +29,17 @@ pub(crate) type TestResult = core::result::Result<(), Failed>;
 pub(crate) fn report_failure(file: &str, line: u32, msg: fmt::Arguments<'_>) {
     // SAFETY: FFI call without preconditions.
     let test = unsafe { bindings::kunit_get_current_test() };
-    pr_err!("    # ASSERTION FAILED at {}:{}\n", file, line);
-    pr_err!("    {}\n", msg);
+    // `kernel::kunit::err` prints without the module prefix, so these lines stay KTAP
+    // diagnostics of the running case.
+    kernel::kunit::err(format_args!(
+        "    # ASSERTION FAILED at {}:{}\n",
+        file, line
+    ));
+    kernel::kunit::err(format_args!("    # {}\n", msg));
     if test.is_null() {
-        pr_err!("    (not in a KUnit task: reported to the log only)\n");
+        kernel::kunit::err(format_args!(
+            "    # (not in a KUnit task: reported to the log only)\n"
+        ));
         return;
     }
     // SAFETY: `test` is the running test of this task, valid until the case returns. KUnit
@@ -51,7 +58,11 @@ impl From<kernel::error::Error> for Failed {
     #[track_caller]
     fn from(e: kernel::error::Error) -> Self {
         let loc = core::panic::Location::caller();
-        report_failure(loc.file(), loc.line(), format_args!("unexpected error {:?}", e));
+        report_failure(
+            loc.file(),
+            loc.line(),
+            format_args!("unexpected error {:?}", e),
+        );
         Failed
     }
 }
@@ -99,7 +110,7 @@ pub(crate) use kassert_eq;
 /// Returns a `kunit_case` running `run` under `name`.
 pub(crate) const fn case(
     name: &'static kernel::str::CStr,
-    run: unsafe extern "C" fn(*mut bindings::kunit),
+    run: extern "C" fn(*mut bindings::kunit),
 ) -> bindings::kunit_case {
     // SAFETY: `kunit_case` is a C struct of pointers, integers and enums whose zero values are
     // valid (KUnit's own terminator is all zeros).
@@ -154,7 +165,7 @@ macro_rules! kunit_suite {
                 // functions live in different namespaces, so it may share the case's name.
                 #[allow(non_snake_case)]
                 mod $case {
-                    pub(super) unsafe extern "C" fn run(_test: *mut ::kernel::bindings::kunit) {
+                    pub(super) extern "C" fn run(_test: *mut ::kernel::bindings::kunit) {
                         $crate::kunit::run_case(super::$case);
                     }
                 }

@@ -20,7 +20,10 @@ pub(crate) fn run(argv: &[&CStr]) -> Result<i32> {
         *slot = arg.as_char_ptr().cast_mut();
     }
     let mut envp = [
-        c"PATH=/bin:/sbin:/usr/bin:/usr/sbin".as_ptr().cast::<c_char>().cast_mut(),
+        c"PATH=/bin:/sbin:/usr/bin:/usr/sbin"
+            .as_ptr()
+            .cast::<c_char>()
+            .cast_mut(),
         c"HOME=/".as_ptr().cast::<c_char>().cast_mut(),
         core::ptr::null_mut(),
     ];

@@ -26,10 +26,14 @@ fn state_exists_for_rxe0_and_rxe1() -> TestResult {
     for name in [c_str!("rxe0"), c_str!("rxe1")] {
         let dev = DeviceRef::get(name);
         kassert!(dev.is_some(), "device {} is not registered", name);
-        let Some(dev) = dev else { return Err(crate::kunit::Failed) };
+        let Some(dev) = dev else {
+            return Err(crate::kunit::Failed);
+        };
         let state = client::device_state(dev.device());
         kassert!(state.is_some(), "no ibext state for {}", name);
-        let Some(state) = state else { return Err(crate::kunit::Failed) };
+        let Some(state) = state else {
+            return Err(crate::kunit::Failed);
+        };
         kassert!(state.name_matches(name));
         kassert!(core::ptr::eq(state.device(), dev.device()));
         kassert!(debugfs_exists(&[name, c_str!("state")]));
@@ -51,7 +55,10 @@ fn comp_vectors_follow_online_cpus() -> TestResult {
     };
     // SAFETY: FFI call without preconditions.
     let cpus = unsafe { bindings::ibext_shim_num_online_cpus() };
-    kassert_eq!(state.comp_vectors(), dev.device().num_comp_vectors().min(cpus));
+    kassert_eq!(
+        state.comp_vectors(),
+        dev.device().num_comp_vectors().min(cpus)
+    );
     kassert!(state.comp_vectors() >= 1);
     Ok(())
 }
@@ -68,7 +75,10 @@ fn objects_balance() -> TestResult {
 fn link_delete_and_readd() -> TestResult {
     let before = ledger::counts(Kind::DeviceState);
 
-    kassert_eq!(rdma(&[c_str!("link"), c_str!("delete"), c_str!("rxe0")])?, 0);
+    kassert_eq!(
+        rdma(&[c_str!("link"), c_str!("delete"), c_str!("rxe0")])?,
+        0
+    );
     let after_delete = ledger::counts(Kind::DeviceState);
     kassert_eq!(after_delete.made, before.made);
     kassert_eq!(after_delete.freed, before.freed + 1);
@@ -91,7 +101,10 @@ fn link_delete_and_readd() -> TestResult {
     kassert_eq!(after_add.freed, before.freed + 1);
     kassert_eq!(after_add.live(), before.live());
     let dev = DeviceRef::get(c_str!("rxe0"));
-    kassert!(dev.as_ref().and_then(|d| client::device_state(d.device())).is_some());
+    kassert!(dev
+        .as_ref()
+        .and_then(|d| client::device_state(d.device()))
+        .is_some());
     kassert!(debugfs_exists(&[c_str!("rxe0"), c_str!("state")]));
     Ok(())
 }
