@@ -10,6 +10,8 @@
 # KDIR= points the module build at another CONFIG_RUST kernel built with the
 # same toolchain.
 
+SHELL := /bin/bash
+
 IBEXT_CACHE ?= $(HOME)/.cache/ibext
 export IBEXT_CACHE
 export PATH := $(IBEXT_CACHE)/tools/bin:$(PATH)
@@ -71,11 +73,13 @@ fmt-check: setup $(KERNEL_DEP)
 		{ echo "ibext: rustfmt differs; run 'make fmt'"; exit 1; }
 
 host-test: setup
-	cd host && cargo test -q
+	@mkdir -p $(BUILD)
+	cd host && cargo test 2>&1 | tee $(BUILD)/host-test.log; exit $${PIPESTATUS[0]}
 
 check: fmt-check host-test modules kunit-module
 	python3 $(TOP)/kunit/run.py --mode check --kdir $(KDIR) --smp $(SMP) \
-		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD)
+		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD) \
+		--host-log $(BUILD)/host-test.log
 
 run: modules
 	python3 $(TOP)/kunit/run.py --mode run --kdir $(KDIR) --smp $(SMP) \

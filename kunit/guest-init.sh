@@ -138,7 +138,7 @@ run() {
 	echo "== rmmod ibext"
 	rmmod ibext
 	echo "== kernel log"
-	dmesg | grep -i ibext
+	dmesg | grep 'ibext:'
 	log "ok 1 - demo"
 	STEPS=1
 }

@@ -3,7 +3,7 @@
 //! KUnit suites, compiled into the KUnit flavour of the module only (`--cfg ibext_kunit`).
 //!
 //! They run when that module is inserted, inside a QEMU guest that has rxe0 (on veth0) and
-//! rxe1 (on veth2): real devices, real ib_core. See `kunit/README.rst`.
+//! rxe1 (on veth2): real devices, real ib_core. See `Documentation/ibext-testing.rst`.
 
 mod guest;
 mod lifecycle;
