@@ -23,8 +23,10 @@ SUITE ?=
 SMP ?= 4
 TIMEOUT ?= 900
 
+# Deferred (=): the cache key names the toolchain, which `make setup` may have
+# just installed, so it is computed when a recipe runs, not when make starts.
 ifeq ($(origin KDIR), undefined)
-KDIR := $(shell $(TOP)/scripts/kernel-dir.sh $(FLAVOUR))
+KDIR = $(shell $(TOP)/scripts/kernel-dir.sh $(FLAVOUR))
 KERNEL_DEP := kernel
 else
 KERNEL_DEP :=

@@ -78,13 +78,6 @@ impl Drop for Registration {
 ///
 /// Valid for as long as the caller may use `dev`: a ULP's own client callbacks and every call it
 /// makes between its `add` and `remove` lie inside ibext's `add`..`remove` of the same device.
-#[cfg_attr(
-    not(ibext_kunit),
-    expect(
-        dead_code,
-        reason = "the pool APIs are its first users outside the tests"
-    )
-)]
 pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
     if !REGISTERED.load(Ordering::Acquire) {
         return None;

@@ -9,6 +9,7 @@
 //! because removal waits for readers of the device's files.
 
 use crate::{
+    cq_pool::CqPools,
     debugfs::{Dir, SeqFile, Show, ShowFile},
     ib::Device,
     ledger::{Kind, Token},
@@ -67,6 +68,10 @@ pub(crate) struct DeviceState {
     inner: Mutex<DeviceInner>,
     #[pin]
     state_file: ShowFile<DeviceState>,
+    #[pin]
+    cq_pools: CqPools,
+    #[pin]
+    cq_pools_file: ShowFile<CqPools>,
     _token: Token,
 }
 
@@ -88,6 +93,8 @@ impl DeviceState {
                 comp_vectors,
                 inner <- new_mutex!(DeviceInner { name, dir: None }, "DeviceState::inner"),
                 state_file <- ShowFile::new(),
+                cq_pools <- CqPools::new(),
+                cq_pools_file <- ShowFile::new(),
                 _token: Token::new(Kind::DeviceState),
             }),
             GFP_KERNEL,
@@ -97,7 +104,14 @@ impl DeviceState {
         // SAFETY: The contents of an `Arc` never move, so `state_file` is pinned, and it lives as
         // long as `*state`. The directory holding the file is dropped in `remove`, while the
         // client data still holds a reference to `*state`.
-        unsafe { Pin::new_unchecked(&state.state_file).create(c_str!("state"), &dir, &*state) };
+        unsafe {
+            Pin::new_unchecked(&state.state_file).create(c_str!("state"), &dir, &*state);
+            Pin::new_unchecked(&state.cq_pools_file).create(
+                c_str!("cq_pools"),
+                &dir,
+                &state.cq_pools,
+            );
+        }
         state.inner.lock().dir = Some(dir);
         pr_debug!("attached to {}\n", name.as_cstr());
         Ok(state)
@@ -105,6 +119,9 @@ impl DeviceState {
 
     /// Tears the state down in the reverse order of [`DeviceState::add`] (the client's `remove`).
     pub(crate) fn remove(self: Arc<Self>, dev: &Device) {
+        // Pooled CQs were made last (lazily, after `add`): they go first. ULPs registered after
+        // ibext have already been removed from this device, so nothing uses them any more.
+        self.cq_pools.destroy_all(dev);
         // Dropped outside the lock: removal waits for readers, which may be in `show`.
         let dir = self.inner.lock().dir.take();
         drop(dir);
@@ -129,15 +146,13 @@ impl DeviceState {
     }
 
     /// Returns the number of completion vectors the pools use for this device.
-    #[cfg_attr(
-        not(ibext_kunit),
-        expect(
-            dead_code,
-            reason = "the pool APIs are its first users outside the tests"
-        )
-    )]
     pub(crate) fn comp_vectors(&self) -> u32 {
         self.comp_vectors
+    }
+
+    /// Returns the device's CQ pools.
+    pub(crate) fn cq_pools(&self) -> &CqPools {
+        &self.cq_pools
     }
 
     /// Returns whether `name` is the device's name as ibext last saw it.

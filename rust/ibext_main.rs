@@ -8,12 +8,16 @@
 //!
 //! This file holds only `mod` lines, the module object and its lifetime.
 
+mod api;
 mod bindings;
 mod client;
+mod cq_engine;
+mod cq_pool;
 mod debugfs;
 mod device;
 mod ib;
 mod ledger;
+mod policy;
 mod warn;
 
 #[cfg(ibext_kunit)]
@@ -56,10 +60,12 @@ impl Show for LedgerView {
 
 static LEDGER_VIEW: LedgerView = LedgerView;
 
-/// The module object. Fields drop in order: the client first (every device's state is torn
-/// down), then the debugfs root, then the file the root showed.
+/// The module object. Fields drop in order: the client first (every device's state, with its
+/// pooled CQs, is torn down), then the completion workqueues, then the debugfs root, then the
+/// file the root showed.
 struct Ibext {
     client: Option<client::Registration>,
+    _wqs: cq_engine::Workqueues,
     _root: RootDir,
     _objects: Pin<KBox<ShowFile<LedgerView>>>,
 }
@@ -75,10 +81,12 @@ impl kernel::Module for Ibext {
                 .as_ref()
                 .create(c_str!("objects"), root.dir(), &LEDGER_VIEW)
         };
+        let wqs = cq_engine::Workqueues::new()?;
         let client = client::Registration::new()?;
         pr_info!("loaded\n");
         Ok(Ibext {
             client: Some(client),
+            _wqs: wqs,
             _root: root,
             _objects: objects,
         })

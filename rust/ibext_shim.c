@@ -12,6 +12,8 @@
 #include <linux/bug.h>
 #include <linux/cpumask.h>
 #include <linux/module.h>
+#include <linux/rcupdate.h>
+#include <linux/workqueue.h>
 #include <rdma/ibext.h>
 
 #include "ibext_shim.h"
@@ -46,3 +48,57 @@ void ibext_shim_warn(const char *file, int line, const char *msg)
 {
 	WARN(1, "ibext: %s at %s:%d\n", msg, file, line);
 }
+
+int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
+{
+	return ib_poll_cq(cq, num_entries, wc);
+}
+
+int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	return ib_req_notify_cq(cq, flags);
+}
+
+/*
+ * A pooled CQ is marked shared, as ib_core marks its own pooled CQs, so that
+ * a ULP that calls ib_free_cq() or ib_destroy_cq() on one gets a warning
+ * instead of freeing it under the pool.  ibext clears the mark before it
+ * destroys the CQ itself.
+ */
+void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled)
+{
+	cq->shared = pooled;
+}
+
+void ibext_shim_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+void ibext_shim_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
+void ibext_shim_init_work(struct work_struct *work, work_func_t func)
+{
+	INIT_WORK(work, func);
+}
+
+bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work)
+{
+	return queue_work(wq, work);
+}
+
+/* The same flags as ib_core's ib_comp_wq and ib_comp_unbound_wq. */
+struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound)
+{
+	if (unbound)
+		return alloc_workqueue("ibext_comp_unbound",
+				       WQ_UNBOUND | WQ_HIGHPRI | WQ_MEM_RECLAIM, 0);
+	return alloc_workqueue("ibext_comp",
+			       WQ_HIGHPRI | WQ_MEM_RECLAIM | WQ_SYSFS, 0);
+}
+
+EXPORT_SYMBOL_GPL(ibext_cq_pool_get);
+EXPORT_SYMBOL_GPL(ibext_cq_pool_put);

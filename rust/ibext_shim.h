@@ -32,4 +32,40 @@ void *ibext_shim_get_client_data(struct ib_device *dev,
 unsigned int ibext_shim_num_online_cpus(void);
 void ibext_shim_warn(const char *file, int line, const char *msg);
 
+/* ib_verbs.h static inlines */
+int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
+int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
+void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
+
+/* RCU read side around completion handlers (rcu_read_lock is inline). */
+void ibext_shim_rcu_read_lock(void);
+void ibext_shim_rcu_read_unlock(void);
+
+/* Workqueues: INIT_WORK and alloc_workqueue are macros. */
+void ibext_shim_init_work(struct work_struct *work, work_func_t func);
+bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work);
+struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
+
+#ifdef IBEXT_KUNIT
+/* Test-only helpers, rust/tests/qp.c. */
+struct ib_pd *ibext_test_alloc_pd(struct ib_device *dev);
+void ibext_test_dealloc_pd(struct ib_pd *pd);
+u32 ibext_test_pd_rkey(struct ib_pd *pd);
+u32 ibext_test_pd_lkey(struct ib_pd *pd);
+struct ib_qp *ibext_test_create_qp(struct ib_pd *pd, struct ib_cq *send_cq,
+				   struct ib_cq *recv_cq, struct ib_srq *srq,
+				   u32 depth);
+int ibext_test_destroy_qp(struct ib_qp *qp);
+u32 ibext_test_qp_num(struct ib_qp *qp);
+int ibext_test_connect_self(struct ib_qp *qp);
+int ibext_test_qp_to_error(struct ib_qp *qp);
+u64 ibext_test_dma_map(struct ib_device *dev, void *buf, size_t len);
+void ibext_test_dma_unmap(struct ib_device *dev, u64 addr, size_t len);
+int ibext_test_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
+			 u32 len, u32 lkey);
+int ibext_test_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
+			 u32 len, u32 lkey, u64 remote_addr, u32 rkey, u32 imm);
+u32 ibext_test_wc_imm(const struct ib_wc *wc);
+#endif
+
 #endif /* IBEXT_SHIM_H */

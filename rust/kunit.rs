@@ -67,6 +67,16 @@ impl From<kernel::error::Error> for Failed {
     }
 }
 
+impl From<kernel::alloc::AllocError> for Failed {
+    /// Lets a test use `?` on an allocation: running out of memory fails the test at the `?`.
+    #[track_caller]
+    fn from(_: kernel::alloc::AllocError) -> Self {
+        let loc = core::panic::Location::caller();
+        report_failure(loc.file(), loc.line(), format_args!("allocation failed"));
+        Failed
+    }
+}
+
 /// Fails the running test and returns from it if `$cond` is false.
 macro_rules! kassert {
     ($cond:expr $(,)?) => {

@@ -15,16 +15,22 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) enum Kind {
     /// Per-device state, one per registered `ib_device`.
     DeviceState = 0,
+    /// A pooled CQ with its completion engine.
+    PooledCq = 1,
+    /// A set of pooled CQs, one per completion vector, made when a pool grows.
+    CqSet = 2,
 }
 
 impl Kind {
     /// Every kind, in index order.
-    pub(crate) const ALL: [Kind; 1] = [Kind::DeviceState];
+    pub(crate) const ALL: [Kind; 3] = [Kind::DeviceState, Kind::PooledCq, Kind::CqSet];
 
     /// The name shown in debugfs.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::DeviceState => "device_state",
+            Kind::PooledCq => "pooled_cq",
+            Kind::CqSet => "cq_set",
         }
     }
 }

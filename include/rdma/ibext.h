@@ -10,4 +10,49 @@
 
 #include <rdma/ib_verbs.h>
 
+/**
+ * ibext_cq_pool_get() - Take entries on a shared CQ from ibext's pool
+ * @dev: the RDMA device the CQ is for
+ * @nr_cqe: the number of completion entries the caller needs (its QP's
+ *	send or receive queue depth), between 1 and the device's max_cqe
+ * @comp_vector_hint: completion vector to use; it maps to
+ *	hint % min(num_comp_vectors, num_online_cpus()).  A negative hint
+ *	takes the device's next vector round-robin.
+ * @poll_ctx: IB_POLL_SOFTIRQ, IB_POLL_WORKQUEUE or IB_POLL_UNBOUND_WORKQUEUE;
+ *	each context has its own CQs.  IB_POLL_DIRECT cannot be pooled.
+ *
+ * A drop-in for ib_cq_pool_get().  Among the CQs on the chosen vector with
+ * room for @nr_cqe, the one with the fewest entries in use is taken.  When
+ * none has room, the pool grows by one CQ per usable vector, each of
+ * min(max_cqe, max(@nr_cqe, 4096)) entries.
+ *
+ * Work requests posted to QPs on the CQ must set wr_cqe; ibext's completion
+ * engine calls wc->wr_cqe->done(cq, wc) once for every completion, in the
+ * poll context asked for (softirq budget 256, workqueue budget 65536).
+ * Pooled CQs are destroyed when the device is removed from ibext, after every
+ * ULP registered later than ibext has been removed from it.
+ *
+ * Context: process context; may sleep.
+ * Return: the CQ, or an ERR_PTR(): -EINVAL for a NULL @dev, @nr_cqe of 0 or
+ * above max_cqe, or a @poll_ctx that cannot be pooled; -ENODEV if ibext is
+ * not attached to @dev; -ENOMEM or the driver's error if a CQ cannot be made.
+ * Nothing changes on error.
+ */
+struct ib_cq *ibext_cq_pool_get(struct ib_device *dev, unsigned int nr_cqe,
+				int comp_vector_hint,
+				enum ib_poll_context poll_ctx);
+
+/**
+ * ibext_cq_pool_put() - Give back entries taken with ibext_cq_pool_get()
+ * @cq: the CQ ibext_cq_pool_get() returned
+ * @nr_cqe: the number of entries taken with it
+ *
+ * A drop-in for ib_cq_pool_put().  Putting back a CQ that is not pooled by
+ * ibext, or more entries than are in use on it, is a caller bug: it warns
+ * once and changes nothing.
+ *
+ * Context: process context; may sleep.
+ */
+void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
+
 #endif /* _RDMA_IBEXT_H */

@@ -53,20 +53,26 @@ pub(crate) trait Slot {
     fn used(&self) -> u32;
 }
 
-/// Returns the index of the CQ to take `nr_cqe` entries from on `vector`: among the CQs on that
-/// vector with room, the one with the fewest entries in use, the oldest on a tie.
+/// Returns the position (in `slots` order, oldest first) of the CQ to take `nr_cqe` entries from
+/// on `vector`: among the CQs on that vector with room, the one with the fewest entries in use,
+/// the oldest on a tie.
 ///
 /// The vector test compares the vector each CQ was *created on*, recorded when its set was made
 /// (CQ `i` of a set is on vector `i`), so vector 0 is an ordinary vector here: no slot has an
 /// unset vector that would read as 0.
-pub(crate) fn pick_least_used<S: Slot>(slots: &[S], vector: u32, nr_cqe: u32) -> Option<usize> {
+pub(crate) fn pick_least_used<'a, S: Slot + 'a>(
+    slots: impl IntoIterator<Item = &'a S>,
+    vector: u32,
+    nr_cqe: u32,
+) -> Option<usize> {
     let mut best: Option<(usize, u32)> = None;
-    for (i, s) in slots.iter().enumerate() {
+    for (i, s) in slots.into_iter().enumerate() {
         if s.vector() != vector || s.capacity().saturating_sub(s.used()) < nr_cqe {
             continue;
         }
-        if best.is_none_or(|(_, used)| s.used() < used) {
-            best = Some((i, s.used()));
+        match best {
+            Some((_, used)) if used <= s.used() => {}
+            _ => best = Some((i, s.used())),
         }
     }
     best.map(|(i, _)| i)

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The API ULPs call: the C entry points the shim exports with `EXPORT_SYMBOL_GPL`, and the safe
+//! Rust API the crate's own users call.
+//!
+//! Each C entry point converts raw pointers under a `// SAFETY:` comment, calls the safe
+//! function, and turns its `Result` into an errno in one place.
+
+use crate::{
+    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device, warn::warn_on_once,
+};
+use core::ptr::NonNull;
+use kernel::{
+    ffi::{c_int, c_uint},
+    prelude::*,
+    sync::Arc,
+};
+
+/// Returns `ERR_PTR(e)`.
+fn err_ptr<T>(e: Error) -> *mut T {
+    // `ERR_PTR`: the negative errno as an address, never dereferenced.
+    e.to_errno() as isize as *mut T
+}
+
+/// Entries on a pooled CQ, given back to the pool when dropped.
+///
+/// The Rust form of `ibext_cq_pool_get`/`ibext_cq_pool_put`: a caller cannot put back twice,
+/// put back the wrong count, or forget to put back.
+///
+/// # Invariants
+///
+/// `nr_cqe` entries of `cq` are taken from `state`'s pool and not yet given back.
+pub(crate) struct PooledCq {
+    state: Arc<DeviceState>,
+    cq: NonNull<bindings::ib_cq>,
+    nr_cqe: u32,
+}
+
+// SAFETY: A pooled CQ may be used and given back from any thread; the pool locks itself.
+unsafe impl Send for PooledCq {}
+// SAFETY: `&PooledCq` only reads immutable fields.
+unsafe impl Sync for PooledCq {}
+
+#[cfg_attr(
+    not(ibext_kunit),
+    expect(dead_code, reason = "the crate's tests are its only Rust users so far")
+)]
+impl PooledCq {
+    /// Takes `nr_cqe` entries on a pooled CQ of `dev` (see `ibext_cq_pool_get`).
+    pub(crate) fn get(dev: &Device, nr_cqe: u32, hint: i32, ctx: PollCtx) -> Result<Self> {
+        let state = client::device_state(dev).ok_or(ENODEV)?;
+        let cq = state
+            .cq_pools()
+            .get(dev, state.comp_vectors(), nr_cqe, hint, ctx)?;
+        // INVARIANT: `nr_cqe` entries of `cq` were just taken from `state`'s pool.
+        Ok(PooledCq { state, cq, nr_cqe })
+    }
+
+    /// Returns the CQ, for `ib_create_qp` and friends.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.cq.as_ptr()
+    }
+
+    /// Returns the entries taken.
+    pub(crate) fn nr_cqe(&self) -> u32 {
+        self.nr_cqe
+    }
+}
+
+impl Drop for PooledCq {
+    fn drop(&mut self) {
+        self.state.cq_pools().put(self.cq.as_ptr(), self.nr_cqe);
+    }
+}
+
+fn cq_pool_get(
+    dev: *mut bindings::ib_device,
+    nr_cqe: c_uint,
+    hint: c_int,
+    poll_ctx: bindings::ib_poll_context,
+) -> Result<NonNull<bindings::ib_cq>> {
+    if dev.is_null() {
+        return Err(EINVAL);
+    }
+    let ctx = PollCtx::from_raw(poll_ctx)?;
+    // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
+    let dev = unsafe { Device::from_raw(dev) };
+    let state = client::device_state(dev).ok_or(ENODEV)?;
+    state
+        .cq_pools()
+        .get(dev, state.comp_vectors(), nr_cqe, hint, ctx)
+}
+
+/// C entry point of `ibext_cq_pool_get()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `dev` is null or a registered device the caller may use.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
+    dev: *mut bindings::ib_device,
+    nr_cqe: c_uint,
+    comp_vector_hint: c_int,
+    poll_ctx: bindings::ib_poll_context,
+) -> *mut bindings::ib_cq {
+    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx) {
+        Ok(cq) => cq.as_ptr(),
+        Err(e) => err_ptr(e),
+    }
+}
+
+/// C entry point of `ibext_cq_pool_put()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a CQ the caller may use.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_cqe: c_uint) {
+    if warn_on_once!(cq.is_null(), "ibext_cq_pool_put: NULL CQ") {
+        return;
+    }
+    // SAFETY: `cq` is a CQ the caller may use (the C contract), so its device is registered.
+    let dev = unsafe { Device::from_raw((*cq).device) };
+    let Some(state) = client::device_state(dev) else {
+        warn_on_once!(
+            true,
+            "ibext_cq_pool_put: ibext is not attached to the CQ's device"
+        );
+        return;
+    };
+    state.cq_pools().put(cq, nr_cqe);
+}

@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ibext's completion engine: the budgeted, NAPI-like poll loop behind every pooled CQ.
+//!
+//! A CQ's completion handler may run in hard-IRQ context, or, for rxe, with the CQ's spinlock
+//! held and interrupts off, so it only schedules: `irq_poll` for `IB_POLL_SOFTIRQ`, a work item
+//! on ibext's own workqueues for the two workqueue contexts.
+//!
+//! A poll pass polls in batches of [`POLL_BATCH`] and hands each completion to its
+//! `wr_cqe->done`, up to the context's budget. A pass that ends under budget re-arms with
+//! `IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS` and schedules another pass if completions were
+//! missed: the race-free loop from the IB/srp thread. A pass that uses its whole budget stays in
+//! polling mode without re-arming, so the engine moves into polling as load rises.
+//!
+//! Teardown: a CQ is marked dying and the handlers that may not have seen the mark are waited
+//! for (they run inside `rcu_read_lock()`), then the poller is disabled or cancelled, and only
+//! then is the CQ destroyed.
+
+use crate::{
+    bindings,
+    ib::Device,
+    ledger::{Kind, Token},
+    warn::warn_on_once,
+};
+use core::{
+    ffi::c_void,
+    marker::PhantomPinned,
+    pin::Pin,
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+};
+use kernel::{error::from_err_ptr, ffi::c_int, prelude::*, types::Opaque};
+
+/// Completions polled per `ib_poll_cq` call (upstream `IB_POLL_BATCH`).
+pub(crate) const POLL_BATCH: usize = 16;
+/// Completions per pass in softirq context (upstream `IB_POLL_BUDGET_IRQ`).
+pub(crate) const BUDGET_SOFTIRQ: u32 = 256;
+/// Completions per pass in workqueue context (upstream `IB_POLL_BUDGET_WORKQUEUE`).
+pub(crate) const BUDGET_WORKQUEUE: u32 = 65536;
+
+/// Re-arm flags at the end of a pass that stayed under budget.
+const REARM_FLAGS: bindings::ib_cq_notify_flags = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP
+    | bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+
+/// The contexts a pooled CQ can be polled in; `IB_POLL_DIRECT` cannot be pooled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PollCtx {
+    /// `IB_POLL_SOFTIRQ`: irq_poll, budget 256.
+    Softirq,
+    /// `IB_POLL_WORKQUEUE`: ibext's bound workqueue, budget 65536.
+    Workqueue,
+    /// `IB_POLL_UNBOUND_WORKQUEUE`: ibext's unbound workqueue, budget 65536.
+    UnboundWorkqueue,
+}
+
+impl PollCtx {
+    /// Every pooled context, in the order of `enum ib_poll_context`.
+    pub(crate) const ALL: [PollCtx; 3] = [
+        PollCtx::Softirq,
+        PollCtx::Workqueue,
+        PollCtx::UnboundWorkqueue,
+    ];
+
+    /// Converts a C `enum ib_poll_context`; `IB_POLL_DIRECT` and unknown values are `EINVAL`.
+    pub(crate) fn from_raw(ctx: bindings::ib_poll_context) -> Result<Self> {
+        match ctx {
+            bindings::ib_poll_context_IB_POLL_SOFTIRQ => Ok(PollCtx::Softirq),
+            bindings::ib_poll_context_IB_POLL_WORKQUEUE => Ok(PollCtx::Workqueue),
+            bindings::ib_poll_context_IB_POLL_UNBOUND_WORKQUEUE => Ok(PollCtx::UnboundWorkqueue),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// The C value.
+    pub(crate) fn raw(self) -> bindings::ib_poll_context {
+        match self {
+            PollCtx::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            PollCtx::Workqueue => bindings::ib_poll_context_IB_POLL_WORKQUEUE,
+            PollCtx::UnboundWorkqueue => bindings::ib_poll_context_IB_POLL_UNBOUND_WORKQUEUE,
+        }
+    }
+
+    /// The name shown in debugfs.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PollCtx::Softirq => "softirq",
+            PollCtx::Workqueue => "workqueue",
+            PollCtx::UnboundWorkqueue => "unbound_workqueue",
+        }
+    }
+}
+
+/// ibext's completion workqueues, bound and unbound; published while the module is loaded.
+static COMP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(core::ptr::null_mut());
+static COMP_UNBOUND_WQ: AtomicPtr<bindings::workqueue_struct> =
+    AtomicPtr::new(core::ptr::null_mut());
+
+/// Owns ibext's completion workqueues; made before the client registers, destroyed after it
+/// unregisters (so after every pooled CQ is gone).
+pub(crate) struct Workqueues(());
+
+impl Workqueues {
+    /// Allocates and publishes both workqueues.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: FFI call without preconditions.
+        let bound = unsafe { bindings::ibext_shim_alloc_comp_wq(false) };
+        if bound.is_null() {
+            return Err(ENOMEM);
+        }
+        // SAFETY: FFI call without preconditions.
+        let unbound = unsafe { bindings::ibext_shim_alloc_comp_wq(true) };
+        if unbound.is_null() {
+            // SAFETY: `bound` was allocated above and nothing has used it.
+            unsafe { bindings::destroy_workqueue(bound) };
+            return Err(ENOMEM);
+        }
+        COMP_WQ.store(bound, Ordering::Release);
+        COMP_UNBOUND_WQ.store(unbound, Ordering::Release);
+        Ok(Workqueues(()))
+    }
+}
+
+impl Drop for Workqueues {
+    fn drop(&mut self) {
+        for wq in [&COMP_WQ, &COMP_UNBOUND_WQ] {
+            let q = wq.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !q.is_null() {
+                // SAFETY: `q` was allocated by `new`; every CQ that queued work on it was
+                // destroyed (and its work cancelled) before the module object drops this.
+                unsafe { bindings::destroy_workqueue(q) };
+            }
+        }
+    }
+}
+
+/// Counters of one pooled CQ, shown in debugfs.
+#[derive(Default)]
+pub(crate) struct CqStats {
+    /// Completion events: calls of the CQ's completion handler, our "interrupts".
+    pub(crate) events: AtomicU64,
+    /// Poll passes.
+    pub(crate) passes: AtomicU64,
+    /// Completions handed to `wr_cqe->done`.
+    pub(crate) completions: AtomicU64,
+    /// Passes that used their whole budget and stayed in polling mode.
+    pub(crate) budget_exhausted: AtomicU64,
+}
+
+/// A pooled CQ's engine: its poller, its completion buffer and its counters.
+///
+/// # Invariants
+///
+/// - `cq` is null until the CQ exists; from then until the CQ is destroyed it is that CQ, whose
+///   `cq_context` is this engine.
+/// - Only the poller (irq_poll or the work item, never both, never concurrently with itself)
+///   touches `wc`.
+#[pin_data]
+pub(crate) struct CqEngine {
+    cq: AtomicPtr<bindings::ib_cq>,
+    ctx: PollCtx,
+    vector: u32,
+    #[pin]
+    iop: Opaque<bindings::irq_poll>,
+    #[pin]
+    work: Opaque<bindings::work_struct>,
+    wc: Opaque<[bindings::ib_wc; POLL_BATCH]>,
+    pub(crate) stats: CqStats,
+    dying: AtomicBool,
+    _token: Token,
+    #[pin]
+    _pin: PhantomPinned,
+}
+
+// SAFETY: The poller state (`iop`, `work`, `wc`) is used by one poller at a time, serialized by
+// irq_poll or the workqueue; everything else is atomic or immutable.
+unsafe impl Send for CqEngine {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for CqEngine {}
+
+impl CqEngine {
+    fn cq(&self) -> *mut bindings::ib_cq {
+        self.cq.load(Ordering::Acquire)
+    }
+
+    /// Polls up to `budget` completions and dispatches them; returns how many.
+    ///
+    /// # Safety
+    ///
+    /// Must be called by the engine's poller only (see the type invariants), with the CQ alive.
+    unsafe fn process(&self, budget: u32) -> u32 {
+        let cq = self.cq();
+        let wcs = self.wc.get().cast::<bindings::ib_wc>();
+        let mut completed = 0u32;
+        while completed < budget {
+            let want = (budget - completed).min(POLL_BATCH as u32);
+            // SAFETY: `cq` is alive (caller contract) and `wcs` holds `POLL_BATCH >= want`
+            // entries that only this poller uses.
+            let n = unsafe { bindings::ibext_shim_poll_cq(cq, want as c_int, wcs) };
+            let Ok(n) = u32::try_from(n) else { break };
+            for i in 0..n as usize {
+                // SAFETY: `ib_poll_cq` filled entries `0..n` and `i < n <= POLL_BATCH`.
+                unsafe { dispatch(cq, wcs.add(i)) };
+            }
+            completed += n;
+            if n < want {
+                break;
+            }
+        }
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .completions
+            .fetch_add(u64::from(completed), Ordering::Relaxed);
+        completed
+    }
+
+    /// Schedules a poll pass in the CQ's context.
+    fn schedule(&self) {
+        match self.ctx {
+            // SAFETY: `iop` was initialized by `irq_poll_init` in `create`.
+            PollCtx::Softirq => unsafe { bindings::irq_poll_sched(self.iop.get()) },
+            PollCtx::Workqueue | PollCtx::UnboundWorkqueue => {
+                let wq = if self.ctx == PollCtx::Workqueue {
+                    &COMP_WQ
+                } else {
+                    &COMP_UNBOUND_WQ
+                };
+                // SAFETY: The workqueues outlive every CQ (see `Workqueues`), and `work` was
+                // initialized in `create`.
+                unsafe {
+                    bindings::ibext_shim_queue_work(wq.load(Ordering::Acquire), self.work.get())
+                };
+            }
+        }
+    }
+
+    /// Re-arms the CQ; returns whether completions may have been missed (so poll again).
+    fn rearm(&self) -> bool {
+        // SAFETY: Called by the poller, with the CQ alive.
+        unsafe { bindings::ibext_shim_req_notify_cq(self.cq(), REARM_FLAGS) > 0 }
+    }
+
+    /// The CQ's completion handler.
+    ///
+    /// # Safety
+    ///
+    /// Called by the driver only, with the `cq_context` given to `__ib_create_cq`: an engine.
+    unsafe extern "C" fn comp_handler(_cq: *mut bindings::ib_cq, ctx: *mut c_void) {
+        // SAFETY: `ctx` is the engine, which outlives its CQ (see `OwnedCq::drop`).
+        let engine = unsafe { &*ctx.cast::<Self>() };
+        engine.stats.events.fetch_add(1, Ordering::Relaxed);
+        // Teardown waits for this read-side section after setting `dying`, so nothing is
+        // scheduled once it has moved on.
+        // SAFETY: FFI call; paired with the unlock below.
+        unsafe { bindings::ibext_shim_rcu_read_lock() };
+        if !engine.dying.load(Ordering::Acquire) {
+            engine.schedule();
+        }
+        // SAFETY: Paired with the lock above.
+        unsafe { bindings::ibext_shim_rcu_read_unlock() };
+    }
+
+    /// The CQ's asynchronous event handler (`IB_EVENT_CQ_ERR`).
+    ///
+    /// # Safety
+    ///
+    /// Called by ib_core only, with a valid event and the engine as context.
+    unsafe extern "C" fn event_handler(event: *mut bindings::ib_event, ctx: *mut c_void) {
+        // SAFETY: As in `comp_handler`; `event` is valid for the call.
+        let (engine, ev) = unsafe { (&*ctx.cast::<Self>(), (*event).event) };
+        pr_warn!(
+            "pooled CQ (vector {}, {}) got async event {}\n",
+            engine.vector,
+            engine.ctx.name(),
+            ev
+        );
+    }
+
+    /// irq_poll's poll function.
+    ///
+    /// # Safety
+    ///
+    /// Called by irq_poll only, with the `iop` of an engine whose CQ is alive.
+    unsafe extern "C" fn irq_poll_fn(iop: *mut bindings::irq_poll, budget: c_int) -> c_int {
+        // SAFETY: `iop` is the `iop` field of an engine (`Opaque` is transparent).
+        let engine = unsafe { &*kernel::container_of!(iop, Self, iop) };
+        let budget = u32::try_from(budget).unwrap_or(0);
+        // SAFETY: irq_poll runs one poll of this `iop` at a time: we are the poller.
+        let done = unsafe { engine.process(budget) };
+        if done < budget {
+            // SAFETY: We are the poll function of `iop`.
+            unsafe { bindings::irq_poll_complete(iop) };
+            if engine.rearm() {
+                // SAFETY: As above.
+                unsafe { bindings::irq_poll_sched(iop) };
+            }
+        } else {
+            // irq_poll keeps us on its list: stay in polling mode.
+            engine
+                .stats
+                .budget_exhausted
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        done as c_int
+    }
+
+    /// The work function of the workqueue contexts.
+    ///
+    /// # Safety
+    ///
+    /// Called by the workqueue only, with the `work` of an engine whose CQ is alive.
+    unsafe extern "C" fn work_fn(work: *mut bindings::work_struct) {
+        // SAFETY: `work` is the `work` field of an engine (`Opaque` is transparent).
+        let engine = unsafe { &*kernel::container_of!(work, Self, work) };
+        // SAFETY: A work item does not run concurrently with itself: we are the poller.
+        let done = unsafe { engine.process(BUDGET_WORKQUEUE) };
+        if done >= BUDGET_WORKQUEUE {
+            engine
+                .stats
+                .budget_exhausted
+                .fetch_add(1, Ordering::Relaxed);
+            engine.schedule();
+        } else if engine.rearm() {
+            engine.schedule();
+        }
+    }
+
+    /// Makes a CQ of at least `nr_cqe` entries on `vector`, polled in `ctx`, with its engine.
+    pub(crate) fn create(dev: &Device, nr_cqe: u32, vector: u32, ctx: PollCtx) -> Result<OwnedCq> {
+        let engine = KBox::pin_init(
+            pin_init!(Self {
+                cq: AtomicPtr::new(core::ptr::null_mut()),
+                ctx,
+                vector,
+                iop <- Opaque::ffi_init(|p: *mut bindings::irq_poll| {
+                    // SAFETY: `p` is valid for writes; the budget fits a `c_int`.
+                    unsafe {
+                        bindings::irq_poll_init(p, BUDGET_SOFTIRQ as c_int, Some(Self::irq_poll_fn))
+                    }
+                }),
+                work <- Opaque::ffi_init(|p: *mut bindings::work_struct| {
+                    // SAFETY: `p` is valid for writes.
+                    unsafe { bindings::ibext_shim_init_work(p, Some(Self::work_fn)) }
+                }),
+                wc: Opaque::uninit(),
+                stats: CqStats::default(),
+                dying: AtomicBool::new(false),
+                _token: Token::new(Kind::PooledCq),
+                _pin: PhantomPinned,
+            }),
+            GFP_KERNEL,
+        )?;
+        let attr = bindings::ib_cq_init_attr {
+            cqe: nr_cqe,
+            comp_vector: vector,
+            flags: 0,
+        };
+        let context = core::ptr::from_ref::<Self>(&engine)
+            .cast_mut()
+            .cast::<c_void>();
+        // SAFETY: `dev` is registered; the handlers match ib_core's prototypes; `context` is the
+        // pinned engine, which outlives the CQ (`OwnedCq`); `attr` and the name outlive the call.
+        let cq = unsafe {
+            bindings::__ib_create_cq(
+                dev.as_raw(),
+                Some(Self::comp_handler),
+                Some(Self::event_handler),
+                context,
+                &attr,
+                c"ibext".as_ptr().cast(),
+            )
+        };
+        // On error the engine is dropped: nothing was armed or scheduled.
+        let cq = from_err_ptr(cq)?;
+        // INVARIANT: the CQ exists and its `cq_context` is this engine.
+        engine.cq.store(cq, Ordering::Release);
+        // SAFETY: We own the new CQ; nothing else has seen it yet.
+        unsafe {
+            (*cq).poll_ctx = ctx.raw();
+            (*cq).comp_vector = vector;
+            bindings::ibext_shim_cq_set_pooled(cq, true);
+        }
+        let owned = OwnedCq(Some(engine));
+        // The first completion raises an event. Missed ones cannot exist yet.
+        // SAFETY: The CQ is alive.
+        unsafe {
+            bindings::ibext_shim_req_notify_cq(cq, bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP)
+        };
+        Ok(owned)
+    }
+}
+
+/// Hands one completion to its `wr_cqe->done`.
+///
+/// # Safety
+///
+/// `cq` is alive and `wc` is a completion just polled from it.
+unsafe fn dispatch(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid (caller contract); ULPs of the pool set `wr_cqe`, not `wr_id`.
+    let (cqe, status) = unsafe { ((*wc).__bindgen_anon_1.wr_cqe, (*wc).status) };
+    if let Some(cqe) = NonNull::new(cqe) {
+        // SAFETY: A non-null `wr_cqe` is the ULP's live `ib_cqe` for this work request.
+        if let Some(done) = unsafe { (*cqe.as_ptr()).done } {
+            // SAFETY: The ULP's callback with the CQ and completion it expects.
+            unsafe { done(cq, wc) };
+            return;
+        }
+    }
+    // Flushed work requests may carry no wr_cqe; a successful one must.
+    warn_on_once!(
+        status == bindings::ib_wc_status_IB_WC_SUCCESS,
+        "successful completion without wr_cqe->done"
+    );
+}
+
+/// A pooled CQ with its engine; dropping it stops the engine and destroys the CQ.
+///
+/// # Invariants
+///
+/// `self.0` is `Some` until dropped, and its engine's CQ exists.
+pub(crate) struct OwnedCq(Option<Pin<KBox<CqEngine>>>);
+
+impl OwnedCq {
+    /// Returns the engine.
+    pub(crate) fn engine(&self) -> Option<&CqEngine> {
+        self.0.as_deref()
+    }
+
+    /// Returns the CQ.
+    pub(crate) fn cq(&self) -> *mut bindings::ib_cq {
+        self.0.as_ref().map_or(core::ptr::null_mut(), |e| e.cq())
+    }
+
+    /// Marks the CQ dying, so its handler schedules nothing more once readers are waited for.
+    ///
+    /// Teardown of many CQs marks them all, waits once ([`wait_for_handlers`]), then drops them.
+    pub(crate) fn mark_dying(&self) {
+        if let Some(e) = self.engine() {
+            e.dying.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Waits until every completion handler that may have missed a `dying` mark has returned.
+pub(crate) fn wait_for_handlers() {
+    // SAFETY: FFI call; we may sleep here (teardown is process context).
+    unsafe { bindings::synchronize_rcu() };
+}
+
+impl Drop for OwnedCq {
+    fn drop(&mut self) {
+        let Some(engine) = self.0.take() else { return };
+        if !engine.dying.swap(true, Ordering::AcqRel) {
+            wait_for_handlers();
+        }
+        match engine.ctx {
+            // SAFETY: `iop` was initialized in `create`; this waits for a running poll.
+            PollCtx::Softirq => unsafe { bindings::irq_poll_disable(engine.iop.get()) },
+            // SAFETY: `work` was initialized in `create`; this waits for a running pass and
+            // stops it from requeueing itself.
+            _ => unsafe {
+                bindings::cancel_work_sync(engine.work.get());
+            },
+        }
+        let cq = engine.cq();
+        // SAFETY: The CQ exists (type invariant) and no poller runs any more.
+        let ret = unsafe {
+            bindings::ibext_shim_cq_set_pooled(cq, false);
+            bindings::ib_destroy_cq_user(cq, core::ptr::null_mut())
+        };
+        if ret != 0 {
+            // A QP still uses the CQ (a caller bug): the CQ may still call its handler, so the
+            // engine must stay. Leak both rather than free memory the CQ points to.
+            pr_err!("cannot destroy a pooled CQ (error {}): leaking it\n", ret);
+            warn_on_once!(true, "pooled CQ still in use when destroyed");
+            // SAFETY: The CQ is alive again for ib_core's purposes; restore the mark.
+            unsafe { bindings::ibext_shim_cq_set_pooled(cq, true) };
+            core::mem::forget(engine);
+        }
+    }
+}

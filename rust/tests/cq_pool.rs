@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `ibext_cq_pool`: shared CQ pools on rxe0 with real loopback traffic.
+
+use super::{
+    guest::{self, DeviceRef},
+    traffic::Loopback,
+};
+use crate::{
+    api::{ibext_cq_pool_get, ibext_cq_pool_put, PooledCq},
+    bindings, client,
+    cq_engine::PollCtx,
+    device::DeviceState,
+    kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
+    ledger::{self, Kind},
+    warn::expect_warnings,
+};
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::{c_str, prelude::*, sync::Arc, workqueue};
+
+/// rxe0 and ibext's state for it.
+fn rxe0() -> core::result::Result<(DeviceRef, Arc<DeviceState>), Failed> {
+    let dev = DeviceRef::get(c_str!("rxe0"));
+    kassert!(dev.is_some(), "rxe0 is not registered");
+    let dev = dev.ok_or(Failed)?;
+    let state = client::device_state(dev.device());
+    kassert!(state.is_some(), "no ibext state for rxe0");
+    Ok((dev, state.ok_or(Failed)?))
+}
+
+fn is_err_ptr<T>(p: *mut T, errno: i32) -> bool {
+    p as isize == -(errno as isize)
+}
+
+/// Every request the pool must refuse is `-EINVAL`, and nothing is made.
+fn bad_input_is_einval() -> TestResult {
+    let (dev, state) = rxe0()?;
+    let d = dev.device().as_raw();
+    let max = dev.device().attrs().max_cqe as u32;
+    let made = ledger::counts(Kind::PooledCq).made;
+    let einval = kernel::error::code::EINVAL.to_errno().abs();
+    let cases: [(*mut bindings::ib_device, u32, u32); 5] = [
+        (
+            core::ptr::null_mut(),
+            16,
+            bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+        ),
+        (d, 0, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
+        (d, max + 1, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
+        (d, 16, bindings::ib_poll_context_IB_POLL_DIRECT),
+        (d, 16, 99),
+    ];
+    for (i, (dev, nr, ctx)) in cases.into_iter().enumerate() {
+        // SAFETY: `dev` is null or rxe0, which the test holds.
+        let cq = unsafe { ibext_cq_pool_get(dev, nr, 0, ctx) };
+        kassert!(is_err_ptr(cq, einval), "case {}: got {:?}", i, cq);
+    }
+    kassert_eq!(ledger::counts(Kind::PooledCq).made, made);
+    let _ = state;
+    Ok(())
+}
+
+/// N QPs share M pooled CQs; SEND and RDMA WRITE WITH IMMEDIATE, every completion checked.
+fn traffic_in(ctx: PollCtx) -> TestResult {
+    const QPS: usize = 8;
+    const DEPTH: usize = 16;
+    let (dev, state) = rxe0()?;
+    let mut cqs = KVec::new();
+    let mut raw = KVec::new();
+    for i in 0..QPS {
+        let s = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx)?;
+        let r = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx)?;
+        raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
+        cqs.push((s, r), GFP_KERNEL)?;
+    }
+    // 2 x 8 requests of 16 entries fit in one set: one CQ per vector.
+    let nr = state.cq_pools().nr_cqs(ctx);
+    kassert_eq!(nr % state.comp_vectors() as usize, 0);
+    let mut distinct = KVec::new();
+    for &(s, r) in raw.iter() {
+        for cq in [s, r] {
+            if !distinct.contains(&cq) {
+                distinct.push(cq, GFP_KERNEL)?;
+            }
+        }
+    }
+    kassert!(
+        distinct.len() <= state.comp_vectors() as usize,
+        "{} CQs for 8 QPs",
+        distinct.len()
+    );
+
+    let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
+    for round in 0..12u32 {
+        let res = lb.round(round, round % 2 == 1, 20_000);
+        kassert!(res.is_ok(), "{} round {}: {:?}", ctx.name(), round, res);
+    }
+    kassert_eq!(lb.completions(), 12 * 2 * (QPS * DEPTH) as u64);
+    drop(lb);
+    for &(s, r) in raw.iter() {
+        kassert!(state.cq_pools().used(s).is_some());
+        kassert!(state.cq_pools().used(r).is_some());
+    }
+    drop(cqs);
+    for &cq in distinct.iter() {
+        kassert_eq!(state.cq_pools().used(cq), Some(0));
+    }
+    Ok(())
+}
+
+fn traffic_softirq() -> TestResult {
+    traffic_in(PollCtx::Softirq)
+}
+
+fn traffic_workqueue() -> TestResult {
+    traffic_in(PollCtx::Workqueue)
+}
+
+fn traffic_unbound_workqueue() -> TestResult {
+    traffic_in(PollCtx::UnboundWorkqueue)
+}
+
+/// Hints map to `hint % vectors`; negative hints round-robin over the device's vectors.
+fn vectors_follow_hints() -> TestResult {
+    let (dev, state) = rxe0()?;
+    let n = state.comp_vectors();
+    kassert!(n >= 1);
+    for hint in 0..(2 * n as i32 + 1) {
+        let cq = PooledCq::get(dev.device(), 4, hint, PollCtx::Softirq)?;
+        // SAFETY: The CQ is alive while `cq` holds entries on it.
+        let v = unsafe { (*cq.as_raw()).comp_vector };
+        kassert_eq!(v, hint as u32 % n);
+        kassert_eq!(cq.nr_cqe(), 4);
+    }
+    let first = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq)?;
+    // SAFETY: As above.
+    let v0 = unsafe { (*first.as_raw()).comp_vector };
+    for k in 1..(2 * n) {
+        let cq = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq)?;
+        // SAFETY: As above.
+        let v = unsafe { (*cq.as_raw()).comp_vector };
+        kassert_eq!(v, (v0 + k) % n);
+    }
+    Ok(())
+}
+
+/// With an older, fuller CQ and a newer, emptier one on the same vector, the emptier one wins
+/// (first-fit, upstream's choice, would take the older).
+fn least_used_not_first_fit() -> TestResult {
+    let (dev, state) = rxe0()?;
+    let v = state.comp_vectors() as i32 - 1;
+    let probe = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue)?;
+    // SAFETY: The CQ is alive while `probe` holds entries on it.
+    let cap = unsafe { (*probe.as_raw()).cqe } as u32;
+    drop(probe);
+    // `a` fills the oldest CQ on `v` to all but 10 entries (pools may hold several sets by now,
+    // all empty: the oldest is chosen on the tie).
+    let a = PooledCq::get(dev.device(), cap - 10, v, PollCtx::Workqueue)?;
+    // `b` does not fit there: it lands on another CQ on `v`, made if need be.
+    let b = PooledCq::get(dev.device(), 100, v, PollCtx::Workqueue)?;
+    kassert!(a.as_raw() != b.as_raw());
+    let b_cq = b.as_raw();
+    drop(b);
+    // Now: a's CQ has cap - 10 in use, b's CQ 0. A request of 1 fits both.
+    let c = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue)?;
+    kassert!(
+        c.as_raw() != a.as_raw(),
+        "took the fuller, older CQ (first-fit)"
+    );
+    kassert_eq!(state.cq_pools().used(a.as_raw()), Some(cap - 10));
+    let _ = b_cq;
+    Ok(())
+}
+
+/// Four workers get and put in random order; every entry comes back.
+fn concurrent_get_put() -> TestResult {
+    const WORKERS: u32 = 4;
+    const ITERS: u32 = 400;
+    let (_dev, state) = rxe0()?;
+    let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+    let errors = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+    for w in 0..WORKERS {
+        let (state, done, errors) = (state.clone(), done.clone(), errors.clone());
+        let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            let mut seed = 0x9e37_79b9u32.wrapping_mul(w + 1);
+            let mut rnd = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed
+            };
+            let mut held: KVec<PooledCq> = KVec::new();
+            for _ in 0..ITERS {
+                if held.len() < 8 && rnd() % 3 != 0 {
+                    let ctx = PollCtx::ALL[(rnd() % 3) as usize];
+                    let hint = (rnd() % 9) as i32 - 1;
+                    match PooledCq::get(state.device(), 1 + rnd() % 64, hint, ctx) {
+                        Ok(cq) => {
+                            if held.push(cq, GFP_KERNEL).is_err() {
+                                errors.fetch_add(1, Ordering::AcqRel);
+                            }
+                        }
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
+                } else if !held.is_empty() {
+                    // Drop a random one: swap it to the end and shrink.
+                    let k = (rnd() as usize) % held.len();
+                    let last = held.len() - 1;
+                    held.as_mut_slice().swap(k, last);
+                    let old = core::mem::replace(&mut held, KVec::new());
+                    let mut keep = KVec::new();
+                    for (i, cq) in old.into_iter().enumerate() {
+                        if i != last && keep.push(cq, GFP_KERNEL).is_err() {
+                            errors.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
+                    held = keep;
+                }
+            }
+            drop(held);
+            done.fetch_add(1, Ordering::AcqRel);
+        });
+        kassert!(res.is_ok(), "cannot start worker {}", w);
+    }
+    let mut waited = 0;
+    while done.load(Ordering::Acquire) < WORKERS && waited < 60_000 {
+        // SAFETY: FFI call in process context.
+        unsafe { bindings::msleep(5) };
+        waited += 5;
+    }
+    kassert_eq!(done.load(Ordering::Acquire), WORKERS);
+    kassert_eq!(errors.load(Ordering::Acquire), 0);
+    kassert_eq!(state.cq_pools().total_used(), 0);
+    Ok(())
+}
+
+/// Putting back what was not taken is a caller bug: one warning, no change.
+fn misuse_warns_and_changes_nothing() -> TestResult {
+    let (dev, state) = rxe0()?;
+    let cq = PooledCq::get(dev.device(), 8, 0, PollCtx::Softirq)?;
+    let raw = cq.as_raw();
+    let put = |cq: *mut bindings::ib_cq, nr: u32| {
+        expect_warnings(|| {
+            // SAFETY: `cq` is null or alive (`raw` while `cq` holds entries, `foreign` until
+            // it is freed below); the entry point accepts both.
+            unsafe { ibext_cq_pool_put(cq, nr) }
+        })
+    };
+    kassert_eq!(put(raw, 9), 1);
+    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    kassert_eq!(put(raw, 0), 1);
+    kassert_eq!(put(core::ptr::null_mut(), 1), 1);
+    // A CQ of the right device that the pool does not own.
+    // SAFETY: rxe0 is held; the CQ is freed below.
+    let foreign = unsafe {
+        bindings::__ib_alloc_cq(
+            dev.device().as_raw(),
+            core::ptr::null_mut(),
+            8,
+            0,
+            bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            c"ibext_test".as_ptr().cast(),
+        )
+    };
+    let foreign = kernel::error::from_err_ptr(foreign)?;
+    let warned = put(foreign, 1);
+    // SAFETY: `foreign` came from `__ib_alloc_cq` and nothing uses it.
+    unsafe { bindings::ib_free_cq(foreign) };
+    kassert_eq!(warned, 1);
+    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    Ok(())
+}
+
+/// After every put, `rdma link delete rxe0` destroys the pooled CQs and returns; the device
+/// comes back with empty pools.
+fn link_delete_after_puts() -> TestResult {
+    {
+        let (dev, _state) = rxe0()?;
+        let a = PooledCq::get(dev.device(), 32, 1, PollCtx::Softirq)?;
+        let b = PooledCq::get(dev.device(), 32, 2, PollCtx::UnboundWorkqueue)?;
+        drop((a, b));
+    }
+    let live_before = ledger::counts(Kind::PooledCq).live();
+    kassert!(live_before > 0);
+    let rdma = c_str!("/bin/rdma");
+    kassert_eq!(
+        guest::run(&[rdma, c_str!("link"), c_str!("delete"), c_str!("rxe0")])?,
+        0
+    );
+    // rxe1 has no pooled CQs (no test uses it), so everything live was rxe0's.
+    kassert_eq!(ledger::counts(Kind::PooledCq).live(), 0);
+    kassert_eq!(ledger::counts(Kind::CqSet).live(), 0);
+    let add = [
+        rdma,
+        c_str!("link"),
+        c_str!("add"),
+        c_str!("rxe0"),
+        c_str!("type"),
+        c_str!("rxe"),
+        c_str!("netdev"),
+        c_str!("veth0"),
+    ];
+    kassert_eq!(guest::run(&add)?, 0);
+    let (_dev, state) = rxe0()?;
+    for ctx in PollCtx::ALL {
+        kassert_eq!(state.cq_pools().nr_cqs(ctx), 0);
+    }
+    Ok(())
+}
+
+kunit_suite!(
+    ibext_cq_pool,
+    [
+        bad_input_is_einval,
+        vectors_follow_hints,
+        traffic_softirq,
+        traffic_workqueue,
+        traffic_unbound_workqueue,
+        least_used_not_first_fit,
+        concurrent_get_put,
+        misuse_warns_and_changes_nothing,
+        link_delete_after_puts,
+    ]
+);

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Test-only helpers (KUnit flavour): loopback RC QPs on rxe.
+ *
+ * Written in C because the work is almost all static inline helpers and
+ * macros of ib_verbs.h (ib_alloc_pd, ib_create_qp, rdma_ah_*, ib_post_*,
+ * ib_dma_map_single).  Each QP is connected to itself: rxe loops a packet
+ * back only when its destination MAC is the device's own, and ib_modify_qp
+ * resolves the MAC only for user QPs, so the helper fills it in from the
+ * GID's netdev.  The link-local RoCE v2 GID at index 0 is source and
+ * destination.
+ */
+#include <linux/etherdevice.h>
+#include <linux/netdevice.h>
+#include <rdma/ib_cache.h>
+#include <rdma/ib_verbs.h>
+
+#include "../ibext_shim.h"
+
+struct ib_pd *ibext_test_alloc_pd(struct ib_device *dev)
+{
+	return ib_alloc_pd(dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+}
+
+void ibext_test_dealloc_pd(struct ib_pd *pd)
+{
+	ib_dealloc_pd(pd);
+}
+
+u32 ibext_test_pd_rkey(struct ib_pd *pd)
+{
+	return pd->unsafe_global_rkey;
+}
+
+u32 ibext_test_pd_lkey(struct ib_pd *pd)
+{
+	return pd->local_dma_lkey;
+}
+
+struct ib_qp *ibext_test_create_qp(struct ib_pd *pd, struct ib_cq *send_cq,
+				   struct ib_cq *recv_cq, struct ib_srq *srq,
+				   u32 depth)
+{
+	struct ib_qp_init_attr attr = {
+		.send_cq = send_cq,
+		.recv_cq = recv_cq,
+		.srq = srq,
+		.cap = {
+			.max_send_wr = depth,
+			.max_recv_wr = srq ? 0 : depth,
+			.max_send_sge = 1,
+			.max_recv_sge = srq ? 0 : 1,
+		},
+		.sq_sig_type = IB_SIGNAL_ALL_WR,
+		.qp_type = IB_QPT_RC,
+	};
+
+	return ib_create_qp(pd, &attr);
+}
+
+int ibext_test_destroy_qp(struct ib_qp *qp)
+{
+	return ib_destroy_qp(qp);
+}
+
+u32 ibext_test_qp_num(struct ib_qp *qp)
+{
+	return qp->qp_num;
+}
+
+/* RESET -> INIT -> RTR -> RTS, with the QP as its own peer. */
+int ibext_test_connect_self(struct ib_qp *qp)
+{
+	const struct ib_gid_attr *sgid;
+	struct net_device *ndev;
+	struct ib_qp_attr attr;
+	union ib_gid dgid;
+	int ret;
+
+	sgid = rdma_get_gid_attr(qp->device, 1, 0);
+	if (IS_ERR(sgid))
+		return PTR_ERR(sgid);
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_INIT;
+	attr.port_num = 1;
+	attr.qp_access_flags = IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+			       IB_ACCESS_LOCAL_WRITE;
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX |
+			   IB_QP_PORT | IB_QP_ACCESS_FLAGS);
+	if (ret)
+		goto out;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_RTR;
+	attr.path_mtu = IB_MTU_1024;
+	attr.dest_qp_num = qp->qp_num;
+	attr.rq_psn = 0;
+	attr.max_dest_rd_atomic = 1;
+	attr.min_rnr_timer = 1;
+	attr.ah_attr.type = RDMA_AH_ATTR_TYPE_ROCE;
+	rdma_ah_set_port_num(&attr.ah_attr, 1);
+	dgid = sgid->gid;
+	rdma_ah_set_grh(&attr.ah_attr, &dgid, 0, 0, 64, 0);
+	attr.ah_attr.grh.sgid_attr = sgid;
+	rcu_read_lock();
+	ndev = rdma_read_gid_attr_ndev_rcu(sgid);
+	if (IS_ERR(ndev)) {
+		rcu_read_unlock();
+		ret = PTR_ERR(ndev);
+		goto out;
+	}
+	ether_addr_copy(attr.ah_attr.roce.dmac, ndev->dev_addr);
+	rcu_read_unlock();
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
+			   IB_QP_DEST_QPN | IB_QP_RQ_PSN |
+			   IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_MIN_RNR_TIMER);
+	if (ret)
+		goto out;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_RTS;
+	attr.sq_psn = 0;
+	attr.timeout = 14;
+	attr.retry_cnt = 7;
+	attr.rnr_retry = 7;
+	attr.max_rd_atomic = 1;
+	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_SQ_PSN |
+			   IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY |
+			   IB_QP_MAX_QP_RD_ATOMIC);
+out:
+	rdma_put_gid_attr(sgid);
+	return ret;
+}
+
+/* Moves the QP to the error state: outstanding work requests are flushed. */
+int ibext_test_qp_to_error(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+
+	return ib_modify_qp(qp, &attr, IB_QP_STATE);
+}
+
+u64 ibext_test_dma_map(struct ib_device *dev, void *buf, size_t len)
+{
+	u64 addr = ib_dma_map_single(dev, buf, len, DMA_BIDIRECTIONAL);
+
+	return ib_dma_mapping_error(dev, addr) ? 0 : addr;
+}
+
+void ibext_test_dma_unmap(struct ib_device *dev, u64 addr, size_t len)
+{
+	ib_dma_unmap_single(dev, addr, len, DMA_BIDIRECTIONAL);
+}
+
+int ibext_test_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
+			 u32 len, u32 lkey)
+{
+	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ib_recv_wr wr = { .wr_cqe = cqe, .sg_list = &sge, .num_sge = 1 };
+
+	return ib_post_recv(qp, &wr, NULL);
+}
+
+/*
+ * A SEND, or with @remote_addr an RDMA WRITE WITH IMMEDIATE of the buffer to
+ * @remote_addr/@rkey carrying @imm.
+ */
+int ibext_test_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
+			 u32 len, u32 lkey, u64 remote_addr, u32 rkey, u32 imm)
+{
+	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ib_rdma_wr wr = {
+		.wr = {
+			.wr_cqe = cqe,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = IB_WR_SEND,
+			.send_flags = IB_SEND_SIGNALED,
+		},
+	};
+
+	if (remote_addr) {
+		wr.wr.opcode = IB_WR_RDMA_WRITE_WITH_IMM;
+		wr.wr.ex.imm_data = cpu_to_be32(imm);
+		wr.remote_addr = remote_addr;
+		wr.rkey = rkey;
+	}
+	return ib_post_send(qp, &wr.wr, NULL);
+}
+
+u32 ibext_test_wc_imm(const struct ib_wc *wc)
+{
+	return be32_to_cpu(wc->ex.imm_data);
+}
