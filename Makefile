@@ -34,7 +34,7 @@ endif
 
 KMAKE = $(MAKE) -C $(KDIR) LLVM=1
 
-.PHONY: all modules setup kernel kunit-module check run host-test clippy fmt fmt-check clean
+.PHONY: all modules setup kernel kunit-module check run bench host-test clippy fmt fmt-check clean
 
 all: modules
 
@@ -83,9 +83,15 @@ check: fmt-check host-test modules kunit-module
 		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD) \
 		--host-log $(BUILD)/host-test.log
 
-run: modules
+run: modules kunit-module
 	python3 $(TOP)/kunit/run.py --mode run --kdir $(KDIR) --smp $(SMP) \
 		--timeout $(TIMEOUT) --out $(BUILD)
+
+# Benchmarks: side by side in one boot; prints a table and, last,
+# "bench results: <file>" (one JSON object per case).
+bench: modules kunit-module
+	python3 $(TOP)/kunit/run.py --mode bench --kdir $(KDIR) --smp $(SMP) \
+		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD)
 
 clean:
 	-[ -d "$(KDIR)" ] && $(KMAKE) M=$(TOP) clean

@@ -18,6 +18,7 @@ failed.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -54,15 +55,23 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def expected_suites():
-    """Every suite declared in the crate's tests (kunit_suite!(name, ...))."""
-    names = []
+SUITE_DECL = re.compile(r"^kunit_suite!\(\s*(\w+)\s*,\s*\[[^\]]*\]\s*(,\s*slow)?", re.M)
+
+
+def declared_suites():
+    """Every suite declared in the crate's tests, as (name, slow)."""
+    suites = []
     for root, _, files in os.walk(os.path.join(TOP, "rust", "tests")):
         for f in files:
             if f.endswith(".rs"):
                 text = open(os.path.join(root, f)).read()
-                names += re.findall(r"^kunit_suite!\(\s*(\w+)\s*,", text, re.M)
-    return sorted(names)
+                suites += [(m.group(1), bool(m.group(2))) for m in SUITE_DECL.finditer(text)]
+    return sorted(suites)
+
+
+def expected_suites():
+    """The suites `make check` must see: every one not marked slow (benchmarks are)."""
+    return [name for name, slow in declared_suites() if not slow]
 
 
 def ldd_libs(binary):
@@ -107,8 +116,7 @@ def build_initramfs(args, stage):
 
     shutil.copy2(os.path.join(TOP, "ibext.ko"), os.path.join(stage, "ibext", "ibext.ko"))
     kunit_ko = os.path.join(args.out, "kunit", "ibext.ko")
-    if args.mode == "check":
-        shutil.copy2(kunit_ko, os.path.join(stage, "ibext", "kunit", "ibext.ko"))
+    shutil.copy2(kunit_ko, os.path.join(stage, "ibext", "kunit", "ibext.ko"))
 
     cpio = os.path.join(args.out, "initramfs.cpio")
     files = subprocess.run(["find", "."], cwd=stage, capture_output=True, check=True).stdout
@@ -120,10 +128,16 @@ def build_initramfs(args, stage):
 def boot(args, cpio, log_path):
     bzimage = os.path.join(args.kdir, "arch", "x86", "boot", "bzImage")
     append = ["console=ttyS0", "panic=-1", f"ibext.mode={args.mode}", f"ibext.smp={args.smp}"]
-    if args.suite:
+    slow = {name for name, is_slow in declared_suites() if is_slow}
+    if args.mode == "bench":
+        append.append(f"kunit.filter_glob={args.suite or 'ibext_bench'}")
+    elif args.suite:
         append.append(f"ibext.suite={args.suite}")
         if args.suite != "ibext_guest":
             append.append(f"kunit.filter_glob={args.suite}")
+    if args.mode == "check" and args.suite not in slow:
+        # Benchmarks carry KUnit's speed=slow attribute; make check leaves them out.
+        append.append("kunit.filter=speed>slow")
     cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", str(args.smp),
            "-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
            "-kernel", bzimage, "-initrd", cpio, "-append", " ".join(a for a in append if a)]
@@ -271,9 +285,11 @@ def judge(args, log_path, timed_out):
     if current is not None:
         res.fail(f"KUnit module {current}: never finished (guest stopped inside insmod)")
 
-    if args.mode == "check":
+    if args.mode in ("check", "bench"):
         want = expected_suites()
-        if args.suite and args.suite != "ibext_guest":
+        if args.mode == "bench":
+            want = [args.suite or "ibext_bench"]
+        elif args.suite and args.suite != "ibext_guest":
             want = [args.suite]
         if args.suite != "ibext_guest":
             for s in want:
@@ -284,6 +300,50 @@ def judge(args, log_path, timed_out):
     if done is None:
         res.fail("guest did not finish (no 'ibext-guest: done')")
     return res
+
+
+BENCH = re.compile(r"ibext-bench: (\{.*\})\s*$")
+
+
+def bench_report(args, log_path, stamp):
+    """Collects the guest's benchmark lines into a results file and prints them."""
+    rows = []
+    for line in open(log_path, errors="replace"):
+        m = BENCH.search(line)
+        if m:
+            rows.append(json.loads(m.group(1)))
+    out = os.path.join(args.out, f"bench-{stamp}.jsonl")
+    with open(out, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    cols = ["bench", "setup", "qps", "depth", "ops", "ops_per_s", "events_per_1k_completions",
+            "lat_mean_ns", "lat_p99_ns", "cqs", "cqe_allocated"]
+    extra = sorted({k for r in rows for k in r} - set(cols))
+    cols += extra
+    present = [c for c in cols if any(c in r for r in rows)]
+    print(" ".join(f"{c:>14}" for c in present))
+    for r in rows:
+        print(" ".join(f"{str(r.get(c, '')):>14}" for c in present))
+    bench_ratios(rows)
+    print(f"bench results: {out}")
+
+
+def bench_ratios(rows):
+    """The cq_pool ratios the benchmark exists for, per (qps, depth)."""
+    by = {}
+    for r in rows:
+        if r.get("bench") == "cq_pool":
+            by.setdefault((r["qps"], r["depth"]), {})[r["setup"]] = r
+    for (qps, depth), s in sorted(by.items()):
+        if {"per_qp", "upstream_pool", "ibext_pool"} <= set(s):
+            a, b, c = s["per_qp"], s["upstream_pool"], s["ibext_pool"]
+            ev = "events_per_1k_completions"
+            def ratio(x, y):
+                return f"{x / y:.2f}" if y else "n/a"
+            print(f"cq_pool qps={qps} depth={depth}: ops/s ibext/upstream "
+                  f"{ratio(c['ops_per_s'], b['ops_per_s'])}; events/completion "
+                  f"ibext/upstream {ratio(c[ev], b[ev])}, upstream/per_qp {ratio(b[ev], a[ev])}, "
+                  f"ibext/per_qp {ratio(c[ev], a[ev])}")
 
 
 def host_totals(path, res):
@@ -302,7 +362,7 @@ def host_totals(path, res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["check", "run"], default="check")
+    ap.add_argument("--mode", choices=["check", "run", "bench"], default="check")
     ap.add_argument("--kdir", required=True)
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=900)
@@ -327,6 +387,8 @@ def main():
         print(f"FAIL: {p}")
     skipped = f", {res.skipped} skipped" if res.skipped else ""
     print(f"{res.passed} passed, {res.failed} failed{skipped}")
+    if args.mode == "bench":
+        bench_report(args, log_path, stamp)
     sys.exit(1 if res.failed else 0)
 
 

@@ -8,6 +8,7 @@
 #include <linux/dim.h>
 #include <linux/irq_poll.h>
 #include <linux/seq_file.h>
+#include <linux/sort.h>
 #include <linux/umh.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>

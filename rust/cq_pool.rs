@@ -345,6 +345,25 @@ impl CqPools {
             .sum()
     }
 
+    /// Returns the completion events and completions counted on `cq`, if it is pooled here.
+    #[cfg_attr(
+        not(ibext_kunit),
+        expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
+    )]
+    pub(crate) fn stats_of(&self, cq: *mut bindings::ib_cq) -> Option<(u64, u64)> {
+        PollCtx::ALL.iter().find_map(|ctx| {
+            let inner = self.pool(*ctx).inner.lock();
+            let stats = inner.slots().find(|s| s.cq.cq() == cq).and_then(|s| {
+                let e = s.cq.engine()?;
+                Some((
+                    e.stats.events.load(Ordering::Relaxed),
+                    e.stats.completions.load(Ordering::Relaxed),
+                ))
+            });
+            stats
+        })
+    }
+
     /// Returns the number of pooled CQs in `ctx`.
     #[cfg_attr(
         not(ibext_kunit),

@@ -158,6 +158,9 @@ pub(crate) fn run_case(f: fn() -> TestResult) {
 /// Declares a KUnit suite `$suite` whose cases are the functions `$case`, each of type
 /// `fn() -> TestResult`, run in the order given.
 ///
+/// A trailing `slow` gives the suite KUnit's `speed=slow` attribute: `make check` filters such
+/// suites out (`kunit.filter=speed>slow`); the benchmarks are declared this way.
+///
 /// # Examples
 ///
 /// ```ignore
@@ -168,7 +171,13 @@ pub(crate) fn run_case(f: fn() -> TestResult) {
 /// kunit_suite!(ibext_example, [adds]);
 /// ```
 macro_rules! kunit_suite {
+    ($suite:ident, [$($case:ident),+ $(,)?], slow) => {
+        $crate::kunit::kunit_suite!(@suite $suite, [$($case),+], ::kernel::bindings::kunit_speed_KUNIT_SPEED_SLOW);
+    };
     ($suite:ident, [$($case:ident),+ $(,)?]) => {
+        $crate::kunit::kunit_suite!(@suite $suite, [$($case),+], ::kernel::bindings::kunit_speed_KUNIT_SPEED_UNSET);
+    };
+    (@suite $suite:ident, [$($case:ident),+], $speed:expr) => {
         const _: () = {
             $(
                 // A module per case gives each trampoline a distinct path; modules and
@@ -193,6 +202,7 @@ macro_rules! kunit_suite {
                 // and the cases are filled in below.
                 let mut s: ::kernel::bindings::kunit_suite = unsafe { ::core::mem::zeroed() };
                 s.name = $crate::kunit::suite_name(stringify!($suite));
+                s.attr.speed = $speed;
                 s.test_cases = ::core::ptr::addr_of_mut!(CASES).cast();
                 s
             };

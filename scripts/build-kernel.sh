@@ -50,7 +50,13 @@ for f in $frags; do
 	done
 done
 
-kmake -j"$(($(nproc) + 1))" bzImage modules
+# The kernel's own warnings are not ours to fix: keep them in a log, show its
+# tail only if the build fails.
+if ! kmake -j"$(($(nproc) + 1))" bzImage modules > "$out/build.log" 2>&1; then
+	tail -n 40 "$out/build.log" >&2
+	echo "ibext: kernel build failed; full log: $out/build.log" >&2
+	exit 1
+fi
 rm -rf "$out/modinst"
 kmake INSTALL_MOD_PATH="$out/modinst" modules_install >/dev/null
 touch "$out/.ibext-complete"

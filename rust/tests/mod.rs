@@ -5,6 +5,7 @@
 //! They run when that module is inserted, inside a QEMU guest that has rxe0 (on veth0) and
 //! rxe1 (on veth2): real devices, real ib_core. See `Documentation/ibext-testing.rst`.
 
+mod bench;
 mod cq_pool;
 mod guest;
 mod lifecycle;
