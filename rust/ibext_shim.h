@@ -54,7 +54,7 @@ u32 ibext_test_pd_rkey(struct ib_pd *pd);
 u32 ibext_test_pd_lkey(struct ib_pd *pd);
 struct ib_qp *ibext_test_create_qp(struct ib_pd *pd, struct ib_cq *send_cq,
 				   struct ib_cq *recv_cq, struct ib_srq *srq,
-				   u32 depth);
+				   u32 depth, u32 recv_depth);
 int ibext_test_destroy_qp(struct ib_qp *qp);
 u32 ibext_test_qp_num(struct ib_qp *qp);
 int ibext_test_connect_self(struct ib_qp *qp);

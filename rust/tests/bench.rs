@@ -7,6 +7,9 @@
 //!
 //! CQ pool workload: `qps` loopback RC QPs on rxe0, each keeping `depth` sends outstanding
 //! (the completion callback of a send posts the next one) until `ops` sends completed in all.
+//! Each QP keeps two receives per outstanding send posted (a receive's callback reposts it), so
+//! a send never finds its receive queue empty: an RNR NAK would stall it for rxe's RNR timer
+//! and measure that timer instead of the completion path.
 //! Setups, all polled in softirq context:
 //!
 //! - `per_qp`: one CQ per QP from `ib_alloc_cq` (send and receive share it);
@@ -333,7 +336,8 @@ struct Outcome {
 fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -> Result<Outcome> {
     let d = dev.device();
     let state = client::device_state(d).ok_or(ENODEV)?;
-    let nr_cqe = 2 * depth as u32;
+    // Send and receive completions share the QP's CQ: `depth` sends, `2 * depth` receives.
+    let nr_cqe = 3 * depth as u32;
     let cqs = Cqs::new(d, setup, qps, nr_cqe)?;
     let (distinct, cqe_allocated) = cqs.distinct(qps)?;
     let ibext_events = |cqs: &KVec<*mut bindings::ib_cq>| -> (u64, u64) {
@@ -372,7 +376,14 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
                 let cq = cqs.cq(i);
                 // SAFETY: `pd` and `cq` are alive.
                 let qp = kernel::error::from_err_ptr(unsafe {
-                    bindings::ibext_test_create_qp(pd, cq, cq, core::ptr::null_mut(), depth as u32)
+                    bindings::ibext_test_create_qp(
+                        pd,
+                        cq,
+                        cq,
+                        core::ptr::null_mut(),
+                        depth as u32,
+                        2 * depth as u32,
+                    )
                 })?;
                 qp_list.push(qp, GFP_KERNEL)?;
                 // SAFETY: `qp` is alive.
@@ -399,7 +410,7 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
                 }
             }
             for s in slots.iter() {
-                if !s.post_recv() {
+                if !s.post_recv() || !s.post_recv() {
                     return Err(EIO);
                 }
             }
@@ -515,18 +526,20 @@ fn median(v: &mut [u64]) -> u64 {
 
 fn cq_pool_bench() -> TestResult {
     const OPS: u64 = 12_800;
-    /// Each case runs this often, the three setups interleaved; the median of each metric is
-    /// reported, since one TCG run is noisy.
-    const REPS: usize = 3;
+    /// Each case runs this often, the three setups interleaved and their order rotated each
+    /// repetition; the median of each metric is reported, since one TCG run is noisy.
+    const REPS: usize = 5;
     let dev = DeviceRef::get(c_str!("rxe0"));
     kassert!(dev.is_some(), "rxe0 is not registered");
     let dev = dev.ok_or(Failed)?;
     let setups = [Setup::PerQp, Setup::UpstreamPool, Setup::IbextPool];
     for qps in [4usize, 16, 64] {
         for depth in [1usize, 32] {
-            let mut all: KVec<Outcome> = KVec::with_capacity(REPS * setups.len(), GFP_KERNEL)?;
-            for _ in 0..REPS {
-                for setup in setups {
+            let mut results: [[Option<Outcome>; REPS]; 3] = Default::default();
+            for rep in 0..REPS {
+                for j in 0..setups.len() {
+                    let k = (rep + j) % setups.len();
+                    let setup = setups[k];
                     let r = run_case(&dev, setup, qps, depth, OPS);
                     kassert!(
                         r.is_ok(),
@@ -536,14 +549,14 @@ fn cq_pool_bench() -> TestResult {
                         depth,
                         r.as_ref().err()
                     );
-                    all.push(r.map_err(|_| Failed)?, GFP_KERNEL)?;
+                    results[k][rep] = Some(r.map_err(|_| Failed)?);
                 }
             }
             for (k, setup) in setups.iter().enumerate() {
                 let m = |f: fn(&Outcome) -> u64| {
                     let mut v = [0u64; REPS];
-                    for (r, slot) in v.iter_mut().enumerate() {
-                        *slot = f(&all[r * setups.len() + k]);
+                    for (slot, o) in v.iter_mut().zip(results[k].iter()) {
+                        *slot = o.as_ref().map_or(0, f);
                     }
                     median(&mut v)
                 };

@@ -39,7 +39,7 @@ u32 ibext_test_pd_lkey(struct ib_pd *pd)
 
 struct ib_qp *ibext_test_create_qp(struct ib_pd *pd, struct ib_cq *send_cq,
 				   struct ib_cq *recv_cq, struct ib_srq *srq,
-				   u32 depth)
+				   u32 depth, u32 recv_depth)
 {
 	struct ib_qp_init_attr attr = {
 		.send_cq = send_cq,
@@ -47,7 +47,7 @@ struct ib_qp *ibext_test_create_qp(struct ib_pd *pd, struct ib_cq *send_cq,
 		.srq = srq,
 		.cap = {
 			.max_send_wr = depth,
-			.max_recv_wr = srq ? 0 : depth,
+			.max_recv_wr = srq ? 0 : recv_depth,
 			.max_send_sge = 1,
 			.max_recv_sge = srq ? 0 : 1,
 		},

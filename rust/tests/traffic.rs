@@ -163,7 +163,14 @@ impl Loopback {
         let depth = self.depth;
         // SAFETY: `pd` and the CQs are alive; depth fits a u32.
         let qp = kernel::error::from_err_ptr(unsafe {
-            bindings::ibext_test_create_qp(self.pd, scq, rcq, core::ptr::null_mut(), depth as u32)
+            bindings::ibext_test_create_qp(
+                self.pd,
+                scq,
+                rcq,
+                core::ptr::null_mut(),
+                depth as u32,
+                depth as u32,
+            )
         })?;
         // From here on, dropping `lq` destroys the QP.
         let mut lq = LoopQp {
