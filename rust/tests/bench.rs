@@ -535,8 +535,8 @@ fn cq_pool_bench() -> TestResult {
     let setups = [Setup::PerQp, Setup::UpstreamPool, Setup::IbextPool];
     for qps in [4usize, 16, 64] {
         for depth in [1usize, 32] {
-            let mut results: [[Option<Outcome>; REPS]; 3] = Default::default();
-            for rep in 0..REPS {
+            let mut results: [[Option<Outcome>; 3]; REPS] = Default::default();
+            for (rep, row) in results.iter_mut().enumerate() {
                 for j in 0..setups.len() {
                     let k = (rep + j) % setups.len();
                     let setup = setups[k];
@@ -549,14 +549,14 @@ fn cq_pool_bench() -> TestResult {
                         depth,
                         r.as_ref().err()
                     );
-                    results[k][rep] = Some(r.map_err(|_| Failed)?);
+                    row[k] = Some(r.map_err(|_| Failed)?);
                 }
             }
             for (k, setup) in setups.iter().enumerate() {
                 let m = |f: fn(&Outcome) -> u64| {
                     let mut v = [0u64; REPS];
-                    for (slot, o) in v.iter_mut().zip(results[k].iter()) {
-                        *slot = o.as_ref().map_or(0, f);
+                    for (slot, row) in v.iter_mut().zip(results.iter()) {
+                        *slot = row[k].as_ref().map_or(0, f);
                     }
                     median(&mut v)
                 };
