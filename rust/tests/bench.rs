@@ -6,10 +6,7 @@
 //! file. TCG makes absolute numbers meaningless: compare setups within one run.
 //!
 //! CQ pool workload: `qps` loopback RC QPs on rxe0, each keeping `depth` sends outstanding
-//! (the completion callback of a send posts the next one) until `ops` sends completed in all.
-//! Each QP keeps two receives per outstanding send posted (a receive's callback reposts it), so
-//! a send never finds its receive queue empty: an RNR NAK would stall it for rxe's RNR timer
-//! and measure that timer instead of the completion path.
+//! until `ops` sends completed in all ([`Stream`]).
 //! Setups, all polled in softirq context:
 //!
 //! - `per_qp`: one CQ per QP from `ib_alloc_cq` (send and receive share it);
@@ -20,22 +17,18 @@
 //! swapped for one that counts and then calls ib_core's handler, and restored afterwards.
 //! ibext's CQs count their events themselves.
 
-use super::guest::DeviceRef;
+use super::{
+    guest::DeviceRef,
+    stream::{now_ns, Stream},
+};
 use crate::{
     api::PooledCq,
     bindings, client,
     cq_engine::PollCtx,
     kunit::{kassert, kunit_suite, Failed, TestResult},
 };
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{c_str, prelude::*};
-
-const MSG_LEN: u32 = 64;
-
-fn now_ns() -> u64 {
-    // SAFETY: FFI call without preconditions.
-    unsafe { bindings::ktime_get() as u64 }
-}
 
 /// Counts completion events of ib_core CQs, then hands them to ib_core's handler.
 struct Tap {
@@ -53,127 +46,6 @@ unsafe extern "C" fn tap_handler(cq: *mut bindings::ib_cq, ctx: *mut core::ffi::
     if let Some(orig) = tap.orig {
         // SAFETY: ib_core's softirq handler ignores its context argument.
         unsafe { orig(cq, core::ptr::null_mut()) };
-    }
-}
-
-/// Shared state of one benchmark case.
-struct Run {
-    /// Sends still to post, over all QPs.
-    to_post: AtomicU64,
-    sends_done: AtomicU64,
-    completions: AtomicU64,
-    errors: AtomicU64,
-    /// Latency samples: `lat_len` slots of the case's sample buffer, each written once by the
-    /// callback that took its index from `lat_next`.
-    lat: *mut u64,
-    lat_len: usize,
-    lat_next: AtomicUsize,
-}
-
-/// One outstanding-send slot of a QP: a send and a receive, each with its own `ib_cqe`.
-#[repr(C)]
-struct Slot {
-    send_cqe: bindings::ib_cqe,
-    recv_cqe: bindings::ib_cqe,
-    qp: *mut bindings::ib_qp,
-    addr: u64,
-    lkey: u32,
-    posted_at: AtomicU64,
-    recvs_out: AtomicU32,
-    run: *const Run,
-}
-
-impl Slot {
-    fn run(&self) -> &Run {
-        // SAFETY: The run outlives every slot's work requests (see `Case::drop`).
-        unsafe { &*self.run }
-    }
-
-    fn post_send(&self) -> bool {
-        self.posted_at.store(now_ns(), Ordering::Relaxed);
-        // SAFETY: The QP and this slot outlive the work request.
-        let ret = unsafe {
-            bindings::ibext_test_post_send(
-                self.qp,
-                core::ptr::from_ref(&self.send_cqe).cast_mut(),
-                self.addr,
-                MSG_LEN,
-                self.lkey,
-                0,
-                0,
-                0,
-            )
-        };
-        ret == 0
-    }
-
-    fn post_recv(&self) -> bool {
-        self.recvs_out.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: As for `post_send`.
-        let ret = unsafe {
-            bindings::ibext_test_post_recv(
-                self.qp,
-                core::ptr::from_ref(&self.recv_cqe).cast_mut(),
-                self.addr + u64::from(MSG_LEN),
-                MSG_LEN,
-                self.lkey,
-            )
-        };
-        if ret != 0 {
-            self.recvs_out.fetch_sub(1, Ordering::AcqRel);
-        }
-        ret == 0
-    }
-}
-
-/// # Safety
-///
-/// Called by a CQ poller with a completion whose `wr_cqe` is a [`Slot`]'s `send_cqe`.
-unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: `send_cqe` is the first field of a live `Slot`.
-    let (slot, status) = unsafe { (&*(*wc).__bindgen_anon_1.wr_cqe.cast::<Slot>(), (*wc).status) };
-    let run = slot.run();
-    run.completions.fetch_add(1, Ordering::Relaxed);
-    if status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        run.errors.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let lat = now_ns().saturating_sub(slot.posted_at.load(Ordering::Relaxed));
-    let i = run.lat_next.fetch_add(1, Ordering::Relaxed);
-    if i < run.lat_len {
-        // SAFETY: `i` is in bounds and handed out once; the reader waits for `sends_done`
-        // (released below) and the buffer outlives the case.
-        unsafe { run.lat.add(i).write(lat) };
-    }
-    let more = run
-        .to_post
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-        .is_ok();
-    if more && !slot.post_send() {
-        run.errors.fetch_add(1, Ordering::Relaxed);
-    }
-    run.sends_done.fetch_add(1, Ordering::Release);
-}
-
-/// # Safety
-///
-/// Called by a CQ poller with a completion whose `wr_cqe` is a [`Slot`]'s `recv_cqe`.
-unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    let off = core::mem::offset_of!(Slot, recv_cqe);
-    // SAFETY: `recv_cqe` is a field of a live `Slot`, at `off`.
-    let (slot, status) = unsafe {
-        let p = (*wc).__bindgen_anon_1.wr_cqe.cast::<u8>().sub(off);
-        (&*p.cast::<Slot>(), (*wc).status)
-    };
-    let run = slot.run();
-    run.completions.fetch_add(1, Ordering::Relaxed);
-    slot.recvs_out.fetch_sub(1, Ordering::AcqRel);
-    if status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        // Flushed at the end of the case: expected, not reposted.
-        return;
-    }
-    if !slot.post_recv() {
-        run.errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -340,167 +212,54 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
     let nr_cqe = 3 * depth as u32;
     let cqs = Cqs::new(d, setup, qps, nr_cqe)?;
     let (distinct, cqe_allocated) = cqs.distinct(qps)?;
-    let ibext_events = |cqs: &KVec<*mut bindings::ib_cq>| -> (u64, u64) {
-        cqs.iter()
-            .filter_map(|&cq| state.cq_pools().stats_of(cq))
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    let mut per_qp = KVec::with_capacity(qps, GFP_KERNEL)?;
+    for i in 0..qps {
+        per_qp.push(cqs.cq(i), GFP_KERNEL)?;
+    }
+    let events = |cqs: &Cqs| -> u64 {
+        match setup {
+            Setup::IbextPool => distinct
+                .iter()
+                .filter_map(|&cq| state.cq_pools().stats_of(cq))
+                .map(|(events, _)| events)
+                .sum(),
+            _ => cqs.tap.events.load(Ordering::Acquire),
+        }
     };
 
-    let mut samples = KVec::from_elem(0u64, ops as usize, GFP_KERNEL)?;
-    let run = KBox::new(
-        Run {
-            to_post: AtomicU64::new(ops.saturating_sub((qps * depth) as u64)),
-            sends_done: AtomicU64::new(0),
-            completions: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            lat: samples.as_mut_ptr(),
-            lat_len: samples.len(),
-            lat_next: AtomicUsize::new(0),
-        },
-        GFP_KERNEL,
-    )?;
-    // SAFETY: `d` is registered.
-    let pd = kernel::error::from_err_ptr(unsafe { bindings::ibext_test_alloc_pd(d.as_raw()) })?;
-    // SAFETY: `pd` was just allocated.
-    let lkey = unsafe { bindings::ibext_test_pd_lkey(pd) };
-    let mut mem = KVec::from_elem(0u8, qps * depth * 2 * MSG_LEN as usize, GFP_KERNEL)?;
-    // SAFETY: `mem` is live and never grown while mapped.
-    let dma =
-        unsafe { bindings::ibext_test_dma_map(d.as_raw(), mem.as_mut_ptr().cast(), mem.len()) };
-    let mut qp_list: KVec<*mut bindings::ib_qp> = KVec::with_capacity(qps, GFP_KERNEL)?;
-    let mut slots: KVec<Slot> = KVec::with_capacity(qps * depth, GFP_KERNEL)?;
-    let mut result = Err(ENOMEM);
-    if dma != 0 {
-        result = (|| -> Result<Outcome> {
-            for i in 0..qps {
-                let cq = cqs.cq(i);
-                // SAFETY: `pd` and `cq` are alive.
-                let qp = kernel::error::from_err_ptr(unsafe {
-                    bindings::ibext_test_create_qp(
-                        pd,
-                        cq,
-                        cq,
-                        core::ptr::null_mut(),
-                        depth as u32,
-                        2 * depth as u32,
-                    )
-                })?;
-                qp_list.push(qp, GFP_KERNEL)?;
-                // SAFETY: `qp` is alive.
-                kernel::error::to_result(unsafe { bindings::ibext_test_connect_self(qp) })?;
-                for s in 0..depth {
-                    let k = i * depth + s;
-                    slots.push(
-                        Slot {
-                            send_cqe: bindings::ib_cqe {
-                                done: Some(send_done),
-                            },
-                            recv_cqe: bindings::ib_cqe {
-                                done: Some(recv_done),
-                            },
-                            qp,
-                            addr: dma + (k as u64) * 2 * u64::from(MSG_LEN),
-                            lkey,
-                            posted_at: AtomicU64::new(0),
-                            recvs_out: AtomicU32::new(0),
-                            run: &*run,
-                        },
-                        GFP_KERNEL,
-                    )?;
-                }
-            }
-            for s in slots.iter() {
-                if !s.post_recv() || !s.post_recv() {
-                    return Err(EIO);
-                }
-            }
-            let ev0 = (
-                cqs.tap.events.load(Ordering::Acquire),
-                ibext_events(&distinct),
-            );
-            let start = now_ns();
-            for s in slots.iter() {
-                if !s.post_send() {
-                    return Err(EIO);
-                }
-            }
-            let mut waited_ms = 0;
-            while run.sends_done.load(Ordering::Acquire) < ops {
-                if waited_ms > 120_000 || run.errors.load(Ordering::Acquire) != 0 {
-                    return Err(EIO);
-                }
-                // SAFETY: FFI call in process context.
-                unsafe { bindings::msleep(1) };
-                waited_ms += 1;
-            }
-            let elapsed = now_ns().saturating_sub(start).max(1);
-            let completions = run.completions.load(Ordering::Acquire);
-            let events = match setup {
-                Setup::IbextPool => ibext_events(&distinct).0 - (ev0.1).0,
-                _ => cqs.tap.events.load(Ordering::Acquire) - ev0.0,
-            };
-            let n = run.lat_next.load(Ordering::Acquire).min(run.lat_len);
-            // SAFETY: Every send completed (`sends_done` acquired above), so no callback writes
-            // samples any more; `run.lat` points into `samples`, which is alive.
-            let lat = unsafe { core::slice::from_raw_parts_mut(run.lat, n) };
-            sort_u64(lat);
-            let mean = if n > 0 {
-                lat.iter().sum::<u64>() / n as u64
-            } else {
-                0
-            };
-            let p99 = if n > 0 {
-                lat[(n * 99 / 100).min(n - 1)]
-            } else {
-                0
-            };
-            Ok(Outcome {
-                ops_per_s: ops.saturating_mul(1_000_000_000) / elapsed,
-                events_per_1k_x10: events * 10_000 / completions.max(1),
-                lat_mean_ns: mean,
-                lat_p99_ns: p99,
-                cqs: distinct.len(),
-                cqe_allocated,
-            })
-        })();
-    }
-    // Flush the receives still posted, wait for them, then tear down.
-    for &qp in qp_list.iter() {
-        // SAFETY: The QP is alive.
-        unsafe { bindings::ibext_test_qp_to_error(qp) };
-    }
-    let mut waited = 0;
-    while slots
-        .iter()
-        .any(|s| s.recvs_out.load(Ordering::Acquire) != 0)
-        && waited < 10_000
-    {
-        // SAFETY: FFI call in process context.
-        unsafe { bindings::msleep(1) };
-        waited += 1;
-    }
-    let drained = !slots
-        .iter()
-        .any(|s| s.recvs_out.load(Ordering::Acquire) != 0);
-    for &qp in qp_list.iter() {
-        // SAFETY: The QP is alive and ours.
-        unsafe { bindings::ibext_test_destroy_qp(qp) };
-    }
-    if dma != 0 {
-        // SAFETY: Mapped above with this length.
-        unsafe { bindings::ibext_test_dma_unmap(d.as_raw(), dma, mem.len()) };
-    }
-    // SAFETY: Its QPs are destroyed.
-    unsafe { bindings::ibext_test_dealloc_pd(pd) };
+    let stream = Stream::new(d, &per_qp, depth, Some(ops), ops as usize)?;
+    let ev0 = events(&cqs);
+    let start = now_ns();
+    stream.go()?;
+    let done = stream.wait_sends(ops, 120_000);
+    let elapsed = now_ns().saturating_sub(start).max(1);
+    let ev = events(&cqs) - ev0;
+    let completions = stream.run().completions();
+    // The QPs go before the CQs they use.
+    let mut stream = stream.stop()?;
+    done?;
     drop(cqs);
-    if !drained {
-        pr_err!("bench: receives not flushed; leaking the case's contexts\n");
-        core::mem::forget(slots);
-        core::mem::forget(run);
-        core::mem::forget(samples);
-        return Err(EIO);
-    }
-    result
+    let lat = stream.latencies();
+    sort_u64(lat);
+    let n = lat.len();
+    let mean = if n > 0 {
+        lat.iter().sum::<u64>() / n as u64
+    } else {
+        0
+    };
+    let p99 = if n > 0 {
+        lat[(n * 99 / 100).min(n - 1)]
+    } else {
+        0
+    };
+    Ok(Outcome {
+        ops_per_s: ops.saturating_mul(1_000_000_000) / elapsed,
+        events_per_1k_x10: ev * 10_000 / completions.max(1),
+        lat_mean_ns: mean,
+        lat_p99_ns: p99,
+        cqs: distinct.len(),
+        cqe_allocated,
+    })
 }
 
 /// Sorts with the kernel's `sort()` (core's sort pulls in code objtool cannot follow).

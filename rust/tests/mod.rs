@@ -8,5 +8,7 @@
 mod bench;
 mod cq_pool;
 mod guest;
+mod hotunplug;
 mod lifecycle;
+mod stream;
 mod traffic;
