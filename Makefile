@@ -3,12 +3,13 @@
 # ibext: out-of-tree Rust RDMA module.
 #
 #   make run     boot QEMU with rxe0/rxe1, load ibext, show what it sees
-#   make check   host tests, then the KUnit suites on rxe in QEMU
+#   make check   host tests, then the KUnit suites on rxe in QEMU, on the
+#                test kernel and on the debug kernel (KASAN, lockdep, ...)
 #
-# Every target bootstraps what it needs (make setup); the test kernel is built
+# Every target bootstraps what it needs (make setup); the kernels are built
 # once and cached outside the checkout (IBEXT_CACHE, default ~/.cache/ibext).
-# KDIR= points the module build at another CONFIG_RUST kernel built with the
-# same toolchain.
+# KDIR= points the build and the tests at another CONFIG_RUST kernel built
+# with the same toolchain (then only that kernel is tested).
 
 SHELL := /bin/bash
 
@@ -18,63 +19,74 @@ export PATH := $(IBEXT_CACHE)/tools/bin:$(PATH)
 
 TOP := $(CURDIR)
 BUILD := $(TOP)/build
-FLAVOUR ?= test
 SUITE ?=
 SMP ?= 4
 # The benchmarks use as many vCPUs as the machine has cores (2 here): under
 # TCG, more vCPUs than host cores stall vCPUs for milliseconds at random and
 # the numbers measure the host scheduler instead of ibext.
 BENCH_SMP ?= 2
-TIMEOUT ?= 900
+TIMEOUT ?= 1800
 
-# Deferred (=): the cache key names the toolchain, which `make setup` may have
-# just installed, so it is computed when a recipe runs, not when make starts.
+# Kernel flavours: "test" (the fast one) and "debug" (kernel/debug.config).
+# Their directories are deferred (=): the cache key names the toolchain, which
+# `make setup` may only just have installed.
 ifeq ($(origin KDIR), undefined)
-KDIR = $(shell $(TOP)/scripts/kernel-dir.sh $(FLAVOUR))
-KERNEL_DEP := kernel
+FLAVOURS ?= test debug
+kdir = $(shell $(TOP)/scripts/kernel-dir.sh $(1))
+KDIR = $(call kdir,test)
 else
-KERNEL_DEP :=
+FLAVOURS := custom
+kdir = $(KDIR)
 endif
 
 KMAKE = $(MAKE) -C $(KDIR) LLVM=1
+HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT)
+flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
-.PHONY: all modules setup kernel kunit-module check run bench host-test clippy fmt fmt-check clean
+.PHONY: all modules setup kernel kernels flavours check run bench host-test \
+	clippy fmt fmt-check clean
 
 all: modules
 
 setup:
 	@$(TOP)/scripts/setup.sh
 
+# One kernel (FLAVOUR=test by default), or every flavour `make check` uses.
 kernel: setup
-	@$(TOP)/scripts/build-kernel.sh $(FLAVOUR)
+ifneq ($(FLAVOURS),custom)
+	@$(TOP)/scripts/build-kernel.sh $(or $(FLAVOUR),test)
+endif
 
-# The product module, built in place.
-modules: setup $(KERNEL_DEP)
+kernels: setup
+ifneq ($(FLAVOURS),custom)
+	@for f in $(FLAVOURS); do $(TOP)/scripts/build-kernel.sh $$f || exit 1; done
+endif
+
+# The product module, built in place against the test kernel (or KDIR).
+modules: kernel
 	+$(KMAKE) M=$(TOP) modules
 
-# The KUnit flavour: the same sources with the suites compiled in, built in a
-# copy so that the two flavours do not rebuild each other.
-kunit-module: setup $(KERNEL_DEP)
-	@mkdir -p $(BUILD)/kunit
-	@rsync -a --delete --exclude='*.o' --exclude='.*.cmd' --exclude='.*.d' \
-		--exclude='bindings_generated.rs' \
-		$(TOP)/Kbuild $(TOP)/rust $(TOP)/include $(BUILD)/kunit/
-	+$(KMAKE) M=$(BUILD)/kunit IBEXT_KUNIT=y IBEXT_SRC=$(TOP) \
-		$(if $(CLIPPY),CLIPPY=$(CLIPPY)) modules
+# Both module flavours against every kernel flavour, in build/<flavour>/.
+flavours: kernels
+	@for f in $(FLAVOURS); do \
+		if [ $$f = custom ]; then k=$(KDIR); else k=$$($(TOP)/scripts/kernel-dir.sh $$f); fi; \
+		echo "ibext: building the modules for the $$f kernel"; \
+		$(TOP)/scripts/build-flavour.sh "$$k" $(BUILD)/$$f || exit 1; \
+	done
 
 # Both flavours through clippy-driver; the build must stay warning-free.
-clippy: setup $(KERNEL_DEP)
+clippy: kernel
 	+$(KMAKE) M=$(TOP) CLIPPY=1 modules
-	+$(MAKE) kunit-module CLIPPY=1
+	$(TOP)/scripts/build-flavour.sh $(KDIR) $(BUILD)/clippy CLIPPY=1
 
 # rustfmt with the kernel's .rustfmt.toml; it follows the crate's mod lines.
 RUSTFMT = rustfmt --edition 2021 --config-path $(KDIR)/source/.rustfmt.toml
 RUST_ROOTS = rust/ibext_main.rs $(wildcard host/*.rs)
 
-fmt: setup $(KERNEL_DEP)
+fmt: kernel
 	$(RUSTFMT) $(RUST_ROOTS)
 
-fmt-check: setup $(KERNEL_DEP)
+fmt-check: kernel
 	@$(RUSTFMT) --check $(RUST_ROOTS) >/dev/null || \
 		{ echo "ibext: rustfmt differs; run 'make fmt'"; exit 1; }
 
@@ -82,20 +94,21 @@ host-test: setup
 	@mkdir -p $(BUILD)
 	cd host && cargo test 2>&1 | tee $(BUILD)/host-test.log; exit $${PIPESTATUS[0]}
 
-check: fmt-check host-test modules kunit-module
-	python3 $(TOP)/kunit/run.py --mode check --kdir $(KDIR) --smp $(SMP) \
-		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD) \
-		--host-log $(BUILD)/host-test.log
+check: fmt-check host-test flavours
+	$(HARNESS) --mode check --suite "$(SUITE)" --out $(BUILD) \
+		--host-log $(BUILD)/host-test.log \
+		$(foreach f,$(FLAVOURS),$(call flavour_arg,$(f)))
 
-run: modules kunit-module
-	python3 $(TOP)/kunit/run.py --mode run --kdir $(KDIR) --smp $(SMP) \
-		--timeout $(TIMEOUT) --out $(BUILD)
+run: FLAVOURS := $(firstword $(FLAVOURS))
+run: flavours
+	$(HARNESS) --mode run --out $(BUILD) $(call flavour_arg,$(firstword $(FLAVOURS)))
 
-# Benchmarks: side by side in one boot; prints a table and, last,
-# "bench results: <file>" (one JSON object per case).
-bench: modules kunit-module
-	python3 $(TOP)/kunit/run.py --mode bench --kdir $(KDIR) --smp $(BENCH_SMP) \
-		--timeout $(TIMEOUT) --suite "$(SUITE)" --out $(BUILD)
+# Benchmarks: side by side in one boot of the test kernel; prints a table and,
+# last, "bench results: <file>" (one JSON object per case).
+bench: FLAVOURS := $(firstword $(FLAVOURS))
+bench: flavours
+	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --timeout $(TIMEOUT) \
+		--suite "$(SUITE)" --out $(BUILD) $(call flavour_arg,$(firstword $(FLAVOURS)))
 
 clean:
 	-[ -d "$(KDIR)" ] && $(KMAKE) M=$(TOP) clean

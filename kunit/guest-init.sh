@@ -29,6 +29,7 @@ param() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p"; }
 MODE=$(param ibext.mode)
 SUITE=$(param ibext.suite)
 SMP=$(param ibext.smp)
+FLAVOUR=$(param ibext.flavour)
 STEPS=0
 
 # step <description> <command...>: one guest-side test, reported ok/not ok.
@@ -43,7 +44,25 @@ step() {
 	fi
 }
 
+# The debug kernel: report any leak before powering off. kmemleak ignores
+# objects younger than 5 s, so wait that long first.
+leak_scan() {
+	[ -e /sys/kernel/debug/kmemleak ] || return 0
+	sleep 6
+	echo scan > /sys/kernel/debug/kmemleak
+	echo scan > /sys/kernel/debug/kmemleak
+	cat /sys/kernel/debug/kmemleak > /tmp/kmemleak
+	if [ -s /tmp/kmemleak ]; then
+		while read -r l; do log "# kmemleak: $l"; done < /tmp/kmemleak
+		log "kmemleak: unreferenced object(s) reported above"
+		return 1
+	fi
+}
+
 finish() {
+	if [ "$MODE" = check ] && [ -e /sys/kernel/debug/kmemleak ]; then
+		step "kmemleak scan finds no leak" leak_scan
+	fi
 	log "done $STEPS"
 	sync
 	poweroff -f
@@ -90,6 +109,31 @@ cycle() {
 	fi
 }
 
+# The C ULP pins ibext: rmmod ibext is refused while it holds pooled CQ
+# entries, and a device can still be removed and re-added under it (its
+# remove runs before ibext's).
+ulp_pins_ibext() {
+	insmod /ibext/ibext.ko && insmod /ibext/ibext_test_ulp.ko || return 1
+	grep -q " used 64 " $D/rxe0/cq_pools || { cat $D/rxe0/cq_pools; return 1; }
+	if rmmod ibext 2>/dev/null; then
+		echo "rmmod ibext succeeded while a ULP used it"
+		return 1
+	fi
+	rdma link delete rxe1 && $RXE_ADD1 || return 1
+	grep -q " used 64 " $D/rxe1/cq_pools || { cat $D/rxe1/cq_pools; return 1; }
+	rmmod ibext_test_ulp && rmmod ibext || return 1
+	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
+}
+
+# The debug kernel's failslab: KUnit's fail-nth sweeps allocate with
+# GFP_KERNEL, which failslab skips by default.
+failslab_setup() {
+	F=/sys/kernel/debug/failslab
+	[ -d $F ] || return 0
+	echo N > $F/ignore-gfp-wait
+	echo 1 > $F/verbose
+}
+
 # kunit <module path>: insert a KUnit module; its suites run during insmod.
 kunit() {
 	name=$(basename "$1" .ko)
@@ -112,7 +156,9 @@ check() {
 		step "insmod/rmmod cycle 2, rxe1 removed and re-added while loaded" cycle churn
 		step "insmod/rmmod cycle 3, rxe1 re-added while unloaded" cycle absent
 		step "insmod/rmmod cycle 4" cycle
+		step "a C ULP pins ibext; rxe1 removed and re-added under it" ulp_pins_ibext
 	fi
+	failslab_setup
 	if [ "$SUITE" != ibext_guest ]; then
 		kunit /ibext/kunit/ibext.ko
 	fi

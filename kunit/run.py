@@ -84,7 +84,8 @@ def ldd_libs(binary):
     return libs
 
 
-def build_initramfs(args, stage):
+def build_initramfs(args, kdir, bdir):
+    stage = os.path.join(bdir, "initramfs")
     if os.path.exists(stage):
         shutil.rmtree(stage)
     for d in ["bin", "sbin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "lib",
@@ -105,29 +106,31 @@ def build_initramfs(args, stage):
     shutil.copy2(os.path.join(TOP, "kunit", "guest-init.sh"), os.path.join(stage, "init"))
     os.chmod(os.path.join(stage, "init"), 0o755)
 
-    modinst = os.path.join(args.kdir, "modinst")
+    modinst = os.path.join(kdir, "modinst")
     if not os.path.isdir(os.path.join(modinst, "lib", "modules")):
-        modinst = os.path.join(args.out, "modinst")
+        modinst = os.path.join(bdir, "modinst")
         shutil.rmtree(modinst, ignore_errors=True)
-        sh(["make", "-s", "-C", args.kdir, "LLVM=1", f"INSTALL_MOD_PATH={modinst}",
+        sh(["make", "-s", "-C", kdir, "LLVM=1", f"INSTALL_MOD_PATH={modinst}",
             "modules_install"], stdout=subprocess.DEVNULL)
     shutil.copytree(os.path.join(modinst, "lib", "modules"),
                     os.path.join(stage, "lib", "modules"), symlinks=True)
 
-    shutil.copy2(os.path.join(TOP, "ibext.ko"), os.path.join(stage, "ibext", "ibext.ko"))
-    kunit_ko = os.path.join(args.out, "kunit", "ibext.ko")
-    shutil.copy2(kunit_ko, os.path.join(stage, "ibext", "kunit", "ibext.ko"))
+    shutil.copy2(os.path.join(bdir, "product", "ibext.ko"), os.path.join(stage, "ibext"))
+    shutil.copy2(os.path.join(bdir, "kunit", "ibext.ko"), os.path.join(stage, "ibext", "kunit"))
+    shutil.copy2(os.path.join(bdir, "kunit", "kunit", "ibext_test_ulp.ko"),
+                 os.path.join(stage, "ibext"))
 
-    cpio = os.path.join(args.out, "initramfs.cpio")
+    cpio = os.path.join(bdir, "initramfs.cpio")
     files = subprocess.run(["find", "."], cwd=stage, capture_output=True, check=True).stdout
     with open(cpio, "wb") as f:
         sh(["cpio", "--quiet", "-o", "-H", "newc"], cwd=stage, input=files, stdout=f)
     return cpio
 
 
-def boot(args, cpio, log_path):
-    bzimage = os.path.join(args.kdir, "arch", "x86", "boot", "bzImage")
-    append = ["console=ttyS0", "panic=-1", f"ibext.mode={args.mode}", f"ibext.smp={args.smp}"]
+def boot(args, flavour, kdir, cpio, log_path):
+    bzimage = os.path.join(kdir, "arch", "x86", "boot", "bzImage")
+    append = ["console=ttyS0", "panic=-1", f"ibext.mode={args.mode}", f"ibext.smp={args.smp}",
+              f"ibext.flavour={flavour}"]
     slow = {name for name, is_slow in declared_suites() if is_slow}
     if args.mode == "bench":
         append.append(f"kunit.filter_glob={args.suite or 'ibext_bench'}")
@@ -363,7 +366,8 @@ def host_totals(path, res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["check", "run", "bench"], default="check")
-    ap.add_argument("--kdir", required=True)
+    ap.add_argument("--flavour", action="append", required=True,
+                    help="NAME:KDIR:BUILDDIR of a kernel flavour to boot (repeatable)")
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--suite", default="")
@@ -372,24 +376,35 @@ def main():
     ap.add_argument("--host-log", help="cargo test output to add to the totals")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-
-    cpio = build_initramfs(args, os.path.join(args.out, "initramfs"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    log_path = os.path.join(args.out, f"console-{args.mode}-{stamp}.log")
-    print(f"ibext: booting the test guest (-smp {args.smp}, TCG); console log: {log_path}",
-          flush=True)
-    timed_out, secs = boot(args, cpio, log_path)
-    res = judge(args, log_path, timed_out)
+
+    total = Result()
+    logs = []
+    for spec in args.flavour:
+        flavour, kdir, bdir = spec.split(":", 2)
+        cpio = build_initramfs(args, kdir, bdir)
+        log_path = os.path.join(args.out, f"console-{args.mode}-{flavour}-{stamp}.log")
+        logs.append(log_path)
+        print(f"ibext: booting the {flavour} kernel (-smp {args.smp}, TCG); "
+              f"console log: {log_path}", flush=True)
+        timed_out, secs = boot(args, flavour, kdir, cpio, log_path)
+        res = judge(args, log_path, timed_out)
+        print(f"ibext: {flavour} kernel: {res.passed} passed, {res.failed} failed "
+              f"in {secs:.1f}s; console log: {log_path}", flush=True)
+        total.passed += res.passed
+        total.failed += res.failed
+        total.skipped += res.skipped
+        total.problems += [f"[{flavour}] {p}" for p in res.problems]
     if args.host_log:
-        host_totals(args.host_log, res)
-    print(f"ibext: guest ran {secs:.1f}s; console log: {log_path}")
-    for p in res.problems:
+        host_totals(args.host_log, total)
+    for p in total.problems:
         print(f"FAIL: {p}")
-    skipped = f", {res.skipped} skipped" if res.skipped else ""
-    print(f"{res.passed} passed, {res.failed} failed{skipped}")
+    print("console logs: " + " ".join(logs))
+    skipped = f", {total.skipped} skipped" if total.skipped else ""
+    print(f"{total.passed} passed, {total.failed} failed{skipped}")
     if args.mode == "bench":
-        bench_report(args, log_path, stamp)
-    sys.exit(1 if res.failed else 0)
+        bench_report(args, logs[-1], stamp)
+    sys.exit(1 if total.failed else 0)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ int ibext_test_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
 int ibext_test_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
 			 u32 len, u32 lkey, u64 remote_addr, u32 rkey, u32 imm);
 u32 ibext_test_wc_imm(const struct ib_wc *wc);
+unsigned int ibext_test_set_fail_nth(unsigned int n);
 #endif
 
 #endif /* IBEXT_SHIM_H */

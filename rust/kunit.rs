@@ -53,6 +53,30 @@ pub(crate) fn report_failure(file: &str, line: u32, msg: fmt::Arguments<'_>) {
     };
 }
 
+/// Marks the running test skipped with `reason` (KUnit's `kunit_mark_skipped`, a macro on
+/// 6.12); the test function then returns `Ok(())`.
+pub(crate) fn skip(reason: &str) {
+    // SAFETY: FFI call without preconditions.
+    let test = unsafe { bindings::kunit_get_current_test() };
+    if test.is_null() {
+        return;
+    }
+    // SAFETY: `test` is the running test of this task; KUnit reads `status` and
+    // `status_comment` after the case returns, on this task.
+    unsafe {
+        let comment = &mut (*test).status_comment;
+        let n = reason.len().min(comment.len() - 1);
+        for (dst, src) in comment.iter_mut().zip(reason.as_bytes()[..n].iter()) {
+            *dst = *src;
+        }
+        comment[n] = 0;
+        core::ptr::write_volatile(
+            core::ptr::addr_of_mut!((*test).status),
+            bindings::kunit_status_KUNIT_SKIPPED,
+        );
+    }
+}
+
 impl From<kernel::error::Error> for Failed {
     /// Lets a test use `?` on a kernel `Result`: the error fails the test at the `?`.
     #[track_caller]
@@ -97,18 +121,22 @@ pub(crate) use kassert;
 
 /// Fails the running test and returns from it if `$left != $right`, showing both values.
 macro_rules! kassert_eq {
-    ($left:expr, $right:expr $(,)?) => {{
+    ($left:expr, $right:expr $(,)?) => {
+        $crate::kunit::kassert_eq!($left, $right, "{}", "")
+    };
+    ($left:expr, $right:expr, $($fmt:tt)+) => {{
         let (left, right) = (&$left, &$right);
         if *left != *right {
             $crate::kunit::report_failure(
                 file!(),
                 line!(),
                 format_args!(
-                    "Expected {} == {}, but {:?} != {:?}",
+                    "Expected {} == {}, but {:?} != {:?} {}",
                     stringify!($left),
                     stringify!($right),
                     left,
-                    right
+                    right,
+                    format_args!($($fmt)+)
                 ),
             );
             return Err($crate::kunit::Failed);

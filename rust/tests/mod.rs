@@ -7,6 +7,7 @@
 
 mod bench;
 mod cq_pool;
+mod faults;
 mod guest;
 mod hotunplug;
 mod lifecycle;

@@ -12,6 +12,7 @@
  */
 #include <linux/etherdevice.h>
 #include <linux/netdevice.h>
+#include <linux/sched.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 
@@ -187,6 +188,24 @@ int ibext_test_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
 		wr.rkey = rkey;
 	}
 	return ib_post_send(qp, &wr.wr, NULL);
+}
+
+/*
+ * Fault injection: make the @n-th allocation of the current task that
+ * failslab sees fail (what writing /proc/self/fail-nth does for a user task;
+ * KUnit's kthreads have no such file).  Returns what is left of a previous
+ * setting: non-zero means the fault was never reached.
+ */
+unsigned int ibext_test_set_fail_nth(unsigned int n)
+{
+#ifdef CONFIG_FAULT_INJECTION
+	unsigned int left = READ_ONCE(current->fail_nth);
+
+	WRITE_ONCE(current->fail_nth, n);
+	return left;
+#else
+	return n;
+#endif
 }
 
 u32 ibext_test_wc_imm(const struct ib_wc *wc)
