@@ -11,7 +11,7 @@ use crate::{
     bindings, client,
     cq_engine::PollCtx,
     device::DeviceState,
-    kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     warn::expect_warnings,
 };
@@ -39,24 +39,28 @@ fn bad_input_is_einval() -> TestResult {
     let max = dev.device().attrs().max_cqe as u32;
     let made = ledger::counts(Kind::PooledCq).made;
     let einval = kernel::error::code::EINVAL.to_errno().abs();
-    let cases: [(*mut bindings::ib_device, u32, u32); 5] = [
+    let softirq = bindings::ib_poll_context_IB_POLL_SOFTIRQ;
+    let cases: [(&str, *mut bindings::ib_device, u32, u32); 5] = [
+        ("cq_get.null_dev", core::ptr::null_mut(), 16, softirq),
+        ("cq_get.zero_cqe", d, 0, softirq),
+        ("cq_get.over_max_cqe", d, max + 1, softirq),
         (
-            core::ptr::null_mut(),
+            "cq_get.direct",
+            d,
             16,
-            bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            bindings::ib_poll_context_IB_POLL_DIRECT,
         ),
-        (d, 0, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
-        (d, max + 1, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
-        (d, 16, bindings::ib_poll_context_IB_POLL_DIRECT),
-        (d, 16, 99),
+        ("cq_get.unknown_ctx", d, 16, 99),
     ];
-    for (i, (dev, nr, ctx)) in cases.into_iter().enumerate() {
+    for (id, dev, nr, ctx) in cases {
+        let nr_cqs = state.cq_pools().nr_cqs(PollCtx::Softirq);
         // SAFETY: `dev` is null or rxe0, which the test holds.
         let cq = unsafe { ibext_cq_pool_get(dev, nr, 0, ctx) };
-        kassert!(is_err_ptr(cq, einval), "case {}: got {:?}", i, cq);
+        kassert!(is_err_ptr(cq, einval), "{}: got {:?}", id, cq);
+        kassert_eq!(state.cq_pools().nr_cqs(PollCtx::Softirq), nr_cqs, "{}", id);
+        bad_input_ok(id);
     }
     kassert_eq!(ledger::counts(Kind::PooledCq).made, made);
-    let _ = state;
     Ok(())
 }
 
@@ -250,8 +254,12 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
     };
     kassert_eq!(put(raw, 9), 1);
     kassert_eq!(state.cq_pools().used(raw), Some(8));
+    bad_input_ok("cq_put.over");
     kassert_eq!(put(raw, 0), 1);
+    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    bad_input_ok("cq_put.zero");
     kassert_eq!(put(core::ptr::null_mut(), 1), 1);
+    bad_input_ok("cq_put.null");
     // A CQ of the right device that the pool does not own.
     // SAFETY: rxe0 is held; the CQ is freed below.
     let foreign = unsafe {
@@ -270,6 +278,7 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
     unsafe { bindings::ib_free_cq(foreign) };
     kassert_eq!(warned, 1);
     kassert_eq!(state.cq_pools().used(raw), Some(8));
+    bad_input_ok("cq_put.foreign");
     Ok(())
 }
 
