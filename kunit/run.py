@@ -38,7 +38,8 @@ BAD = [
     (re.compile(r"general protection fault"), "general protection fault"),
     (re.compile(r"KASAN|UBSAN"), "sanitizer report"),
     (re.compile(r"possible (recursive|circular) locking|inconsistent lock state|"
-                r"lockdep|suspicious RCU usage|INFO: trying to register non-static key"),
+                r"suspicious RCU usage|INFO: trying to register non-static key|"
+                r"lock held when returning to user space|possible irq lock inversion"),
      "lockdep report"),
     (re.compile(r"unreferenced object 0x"), "kmemleak report"),
     (re.compile(r"blocked for more than \d+ seconds"), "hung task"),

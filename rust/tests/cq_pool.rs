@@ -3,7 +3,7 @@
 //! `ibext_cq_pool`: shared CQ pools on rxe0 with real loopback traffic.
 
 use super::{
-    guest::{self, DeviceRef},
+    guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef},
     traffic::Loopback,
 };
 use crate::{
@@ -285,33 +285,26 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
 /// After every put, `rdma link delete rxe0` destroys the pooled CQs and returns; the device
 /// comes back with empty pools.
 fn link_delete_after_puts() -> TestResult {
+    let r = link_delete_after_puts_checks();
+    restore_links();
+    r
+}
+
+fn link_delete_after_puts_checks() -> TestResult {
     {
         let (dev, _state) = rxe0()?;
         let a = PooledCq::get(dev.device(), 32, 1, PollCtx::Softirq)?;
         let b = PooledCq::get(dev.device(), 32, 2, PollCtx::UnboundWorkqueue)?;
         drop((a, b));
     }
-    let live_before = ledger::counts(Kind::PooledCq).live();
-    kassert!(live_before > 0);
-    let rdma = c_str!("/bin/rdma");
-    kassert_eq!(
-        guest::run(&[rdma, c_str!("link"), c_str!("delete"), c_str!("rxe0")])?,
-        0
-    );
-    // rxe1 has no pooled CQs (no test uses it), so everything live was rxe0's.
-    kassert_eq!(ledger::counts(Kind::PooledCq).live(), 0);
-    kassert_eq!(ledger::counts(Kind::CqSet).live(), 0);
-    let add = [
-        rdma,
-        c_str!("link"),
-        c_str!("add"),
-        c_str!("rxe0"),
-        c_str!("type"),
-        c_str!("rxe"),
-        c_str!("netdev"),
-        c_str!("veth0"),
-    ];
-    kassert_eq!(guest::run(&add)?, 0);
+    let on_rxe0 = pooled_cqs_on(c_str!("rxe0"));
+    let on_rxe1 = pooled_cqs_on(c_str!("rxe1"));
+    kassert!(on_rxe0 > 0);
+    kassert_eq!(ledger::counts(Kind::PooledCq).live(), on_rxe0 + on_rxe1);
+    kassert_eq!(link_delete(c_str!("rxe0"))?, 0);
+    // Every pooled CQ of rxe0 is destroyed with it; rxe1's stay.
+    kassert_eq!(ledger::counts(Kind::PooledCq).live(), on_rxe1);
+    kassert_eq!(link_add(c_str!("rxe0"))?, 0);
     let (_dev, state) = rxe0()?;
     for ctx in PollCtx::ALL {
         kassert_eq!(state.cq_pools().nr_cqs(ctx), 0);

@@ -103,3 +103,63 @@ pub(crate) fn debugfs_exists(path: &[&CStr]) -> bool {
     unsafe { bindings::dput(found) };
     true
 }
+
+/// The `rdma link add` arguments that make each test device.
+const LINKS: [(&CStr, &CStr); 2] = [
+    (c_str!("rxe0"), c_str!("veth0")),
+    (c_str!("rxe1"), c_str!("veth2")),
+];
+
+/// Runs `rdma <args>`.
+pub(crate) fn rdma(args: &[&CStr]) -> Result<i32> {
+    let mut argv: [&CStr; 12] = [c_str!("/bin/rdma"); 12];
+    if args.len() >= argv.len() {
+        return Err(EINVAL);
+    }
+    argv[1..=args.len()].copy_from_slice(args);
+    run(&argv[..=args.len()])
+}
+
+/// `rdma link add <name> type rxe netdev <its veth>`.
+pub(crate) fn link_add(name: &CStr) -> Result<i32> {
+    let (_, netdev) = LINKS
+        .iter()
+        .find(|(n, _)| n.as_bytes() == name.as_bytes())
+        .ok_or(EINVAL)?;
+    rdma(&[
+        c_str!("link"),
+        c_str!("add"),
+        name,
+        c_str!("type"),
+        c_str!("rxe"),
+        c_str!("netdev"),
+        netdev,
+    ])
+}
+
+/// `rdma link delete <name>`.
+pub(crate) fn link_delete(name: &CStr) -> Result<i32> {
+    rdma(&[c_str!("link"), c_str!("delete"), name])
+}
+
+/// Re-adds any test device a failed test left deleted, so later suites find both.
+pub(crate) fn restore_links() {
+    for (name, _) in LINKS {
+        if DeviceRef::get(name).is_none() {
+            let _ = link_add(name);
+        }
+    }
+}
+
+/// Returns the pooled CQs ibext holds for device `name`, in every poll context.
+pub(crate) fn pooled_cqs_on(name: &CStr) -> usize {
+    let Some(dev) = DeviceRef::get(name) else {
+        return 0;
+    };
+    crate::client::device_state(dev.device()).map_or(0, |s| {
+        crate::cq_engine::PollCtx::ALL
+            .iter()
+            .map(|ctx| s.cq_pools().nr_cqs(*ctx))
+            .sum()
+    })
+}

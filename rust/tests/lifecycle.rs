@@ -2,24 +2,13 @@
 
 //! `ibext_lifecycle`: per-device state follows device registration, exactly once each way.
 
-use super::guest::{self, debugfs_exists, DeviceRef};
+use super::guest::{debugfs_exists, link_add, link_delete, rdma, restore_links, DeviceRef};
 use crate::{
     bindings, client,
     kunit::{kassert, kassert_eq, kunit_suite, TestResult},
     ledger::{self, Kind},
 };
-use kernel::{c_str, prelude::*, str::CStr};
-
-const RDMA: &CStr = c_str!("/bin/rdma");
-
-fn rdma(args: &[&CStr]) -> Result<i32> {
-    let mut argv: [&CStr; 8] = [RDMA; 8];
-    if args.len() >= argv.len() {
-        return Err(EINVAL);
-    }
-    argv[1..=args.len()].copy_from_slice(args);
-    guest::run(&argv[..=args.len()])
-}
+use kernel::{c_str, str::CStr};
 
 /// Both rxe devices have state, reachable through the client data, under their own names.
 fn state_exists_for_rxe0_and_rxe1() -> TestResult {
@@ -74,11 +63,13 @@ fn objects_balance() -> TestResult {
 /// `rdma link delete` destroys the state exactly once; `rdma link add` creates it exactly once.
 fn link_delete_and_readd() -> TestResult {
     let before = ledger::counts(Kind::DeviceState);
+    let r = link_delete_and_readd_checks(before);
+    restore_links();
+    r
+}
 
-    kassert_eq!(
-        rdma(&[c_str!("link"), c_str!("delete"), c_str!("rxe0")])?,
-        0
-    );
+fn link_delete_and_readd_checks(before: ledger::Counts) -> TestResult {
+    kassert_eq!(link_delete(c_str!("rxe0"))?, 0);
     let after_delete = ledger::counts(Kind::DeviceState);
     kassert_eq!(after_delete.made, before.made);
     kassert_eq!(after_delete.freed, before.freed + 1);
@@ -86,16 +77,7 @@ fn link_delete_and_readd() -> TestResult {
     kassert!(!debugfs_exists(&[c_str!("rxe0")]));
     kassert!(debugfs_exists(&[c_str!("rxe1")]));
 
-    let add = [
-        c_str!("link"),
-        c_str!("add"),
-        c_str!("rxe0"),
-        c_str!("type"),
-        c_str!("rxe"),
-        c_str!("netdev"),
-        c_str!("veth0"),
-    ];
-    kassert_eq!(rdma(&add)?, 0);
+    kassert_eq!(link_add(c_str!("rxe0"))?, 0);
     let after_add = ledger::counts(Kind::DeviceState);
     kassert_eq!(after_add.made, before.made + 1);
     kassert_eq!(after_add.freed, before.freed + 1);
