@@ -67,6 +67,8 @@ int ibext_test_post_send(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,
 			 u32 len, u32 lkey, u64 remote_addr, u32 rkey, u32 imm);
 u32 ibext_test_wc_imm(const struct ib_wc *wc);
 unsigned int ibext_test_set_fail_nth(unsigned int n);
+void ibext_test_text_range(unsigned long *start, unsigned long *end);
+int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 #endif
 
 #endif /* IBEXT_SHIM_H */

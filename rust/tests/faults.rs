@@ -10,15 +10,17 @@
 //!
 //! On the normal test kernel (no `CONFIG_FAILSLAB`) the cases are skipped.
 
-use super::guest::DeviceRef;
+use super::guest::{
+    self, debugfs_exists, link_add_with_fail_nth, link_delete, restore_links, DeviceRef,
+};
 use crate::{
-    api::PooledCq,
+    api::{ibext_cq_pool_get, PooledCq},
     bindings, client,
     cq_engine::PollCtx,
-    kunit::{kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
 };
-use kernel::{c_str, prelude::*};
+use kernel::{c_str, fmt, prelude::*, str::CString};
 
 /// Arms the n-th allocation of this task to fail; returns what was left of the last arming.
 fn fail_nth(n: u32) -> u32 {
@@ -106,4 +108,100 @@ fn cq_pool_grow_sweep() -> TestResult {
     Ok(())
 }
 
-kunit_suite!(ibext_faults, [cq_pool_grow_sweep]);
+/// Points failslab's stacktrace filter at `[start, end)`: only allocations with a caller in
+/// that range are counted by fail-nth.
+fn failslab_filter(start: u64, end: u64) -> Result {
+    let cmd = CString::try_from_fmt(fmt!(
+        "echo {} > /sys/kernel/debug/failslab/require-start && echo {} > /sys/kernel/debug/failslab/require-end",
+        start,
+        end
+    ))?;
+    let rc = guest::run(&[c_str!("/bin/sh"), c_str!("-c"), &cmd])?;
+    if rc != 0 {
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// ibext's client `add` under a sweep, through the real path: `rdma link add rxe1` with its
+/// n-th allocation made inside ibext failing. A failed `add` must leave nothing behind, and
+/// the APIs must then answer `-ENODEV` for the device (row `cq_get.not_attached`).
+fn client_add_sweep() -> TestResult {
+    if !cfg!(CONFIG_FAILSLAB) {
+        skip("needs the debug kernel (CONFIG_FAILSLAB)");
+        return Ok(());
+    }
+    let (mut start, mut end) = (0usize, 0usize);
+    // SAFETY: Both pointers are valid for writes.
+    unsafe { bindings::ibext_test_text_range(&mut start, &mut end) };
+    failslab_filter(start as u64, end as u64)?;
+    let r = client_add_sweep_checks();
+    let reset = failslab_filter(0, u64::MAX);
+    // Leave rxe1 attached for the suites after this one.
+    let attached =
+        DeviceRef::get(c_str!("rxe1")).is_some_and(|d| client::device_state(d.device()).is_some());
+    if !attached {
+        let _ = link_delete(c_str!("rxe1"));
+    }
+    restore_links();
+    r?;
+    kassert!(reset.is_ok(), "cannot reset the failslab filter");
+    Ok(())
+}
+
+fn client_add_sweep_checks() -> TestResult {
+    let rxe1 = c_str!("rxe1");
+    let (mut failed, mut absorbed, mut done) = (0u32, 0u32, false);
+    for n in 1..=200u32 {
+        kassert_eq!(link_delete(rxe1)?, 0);
+        let live = ledger::counts(Kind::DeviceState).live();
+        // Only ibext's allocations are counted, so rxe itself always succeeds.
+        kassert_eq!(link_add_with_fail_nth(rxe1, n)?, 0, "n={}", n);
+        let dev = DeviceRef::get(rxe1);
+        kassert!(dev.is_some(), "n={}: rxe1 is not registered", n);
+        let dev = dev.ok_or(Failed)?;
+        match client::device_state(dev.device()) {
+            None => {
+                // `add` failed: nothing of it is left, and the device is not ibext's.
+                kassert_eq!(ledger::counts(Kind::DeviceState).live(), live, "n={}", n);
+                kassert!(!debugfs_exists(&[rxe1]), "n={}: debugfs left behind", n);
+                // SAFETY: rxe1 is held.
+                let cq = unsafe {
+                    ibext_cq_pool_get(
+                        dev.device().as_raw(),
+                        16,
+                        0,
+                        bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+                    )
+                };
+                kassert_eq!(cq as isize, ENODEV.to_errno() as isize, "n={}", n);
+                failed += 1;
+            }
+            Some(_) if !debugfs_exists(&[rxe1, c_str!("cq_pools")]) => {
+                // A debugfs failure: not an error for ibext, the device is still served.
+                kassert_eq!(
+                    ledger::counts(Kind::DeviceState).live(),
+                    live + 1,
+                    "n={}",
+                    n
+                );
+                absorbed += 1;
+            }
+            Some(_) => {
+                done = true;
+                break;
+            }
+        }
+    }
+    kassert!(done, "the sweep never got past the last allocation");
+    kassert!(failed > 0, "no allocation of ibext's add failed it");
+    bad_input_ok("cq_get.not_attached");
+    pr_info!(
+        "failslab sweep over the client add: {} faults failed the add cleanly, {} absorbed (debugfs)\n",
+        failed,
+        absorbed
+    );
+    Ok(())
+}
+
+kunit_suite!(ibext_faults, [cq_pool_grow_sweep, client_add_sweep]);

@@ -11,6 +11,12 @@ use kernel::{c_str, ffi::c_char, prelude::*, str::CStr};
 ///
 /// Returns the command's exit status (0 for success).
 pub(crate) fn run(argv: &[&CStr]) -> Result<i32> {
+    run_with_fail_nth(argv, 0)
+}
+
+/// [`run`], with the command's `n`-th allocation that failslab counts made to fail (`n == 0`:
+/// none). Only the debug kernel has failslab.
+pub(crate) fn run_with_fail_nth(argv: &[&CStr], n: u32) -> Result<i32> {
     const MAX_ARGS: usize = 16;
     if argv.is_empty() || argv.len() >= MAX_ARGS {
         return Err(EINVAL);
@@ -30,14 +36,8 @@ pub(crate) fn run(argv: &[&CStr]) -> Result<i32> {
     // SAFETY: `args` and `envp` are NULL-terminated arrays of NUL-terminated strings that
     // outlive the call, which waits for the process to exit (UMH_WAIT_PROC) and does not
     // write through them.
-    let ret = unsafe {
-        bindings::call_usermodehelper(
-            args[0],
-            args.as_mut_ptr(),
-            envp.as_mut_ptr(),
-            bindings::UMH_WAIT_PROC as i32,
-        )
-    };
+    let ret =
+        unsafe { bindings::ibext_test_run_with_fail_nth(args.as_mut_ptr(), envp.as_mut_ptr(), n) };
     if ret < 0 {
         return Err(Error::from_errno(ret));
     }
@@ -122,11 +122,18 @@ pub(crate) fn rdma(args: &[&CStr]) -> Result<i32> {
 
 /// `rdma link add <name> type rxe netdev <its veth>`.
 pub(crate) fn link_add(name: &CStr) -> Result<i32> {
+    link_add_with_fail_nth(name, 0)
+}
+
+/// [`link_add`] with the `n`-th counted allocation of the command failing (see
+/// [`run_with_fail_nth`]).
+pub(crate) fn link_add_with_fail_nth(name: &CStr, n: u32) -> Result<i32> {
     let (_, netdev) = LINKS
         .iter()
         .find(|(n, _)| n.as_bytes() == name.as_bytes())
         .ok_or(EINVAL)?;
-    rdma(&[
+    let args = [
+        c_str!("/bin/rdma"),
         c_str!("link"),
         c_str!("add"),
         name,
@@ -134,7 +141,8 @@ pub(crate) fn link_add(name: &CStr) -> Result<i32> {
         c_str!("rxe"),
         c_str!("netdev"),
         netdev,
-    ])
+    ];
+    run_with_fail_nth(&args, n)
 }
 
 /// `rdma link delete <name>`.

@@ -12,7 +12,9 @@
  */
 #include <linux/etherdevice.h>
 #include <linux/netdevice.h>
+#include <linux/module.h>
 #include <linux/sched.h>
+#include <linux/umh.h>
 #include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 
@@ -206,6 +208,40 @@ unsigned int ibext_test_set_fail_nth(unsigned int n)
 #else
 	return n;
 #endif
+}
+
+/* The text of this module, for failslab's stacktrace filter. */
+void ibext_test_text_range(unsigned long *start, unsigned long *end)
+{
+	struct module_memory *mem = &THIS_MODULE->mem[MOD_TEXT];
+
+	*start = (unsigned long)mem->base;
+	*end = *start + mem->size;
+}
+
+static int ibext_test_umh_init(struct subprocess_info *info, struct cred *new)
+{
+#ifdef CONFIG_FAULT_INJECTION
+	WRITE_ONCE(current->fail_nth, *(unsigned int *)info->data);
+#endif
+	return 0;
+}
+
+/*
+ * call_usermodehelper() whose process has fail-nth armed from the start, so
+ * that the n-th allocation failslab counts in it fails: with the stacktrace
+ * filter on this module's text, the n-th allocation ibext makes while the
+ * command runs (ibext's client add during "rdma link add", say).
+ */
+int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth)
+{
+	struct subprocess_info *info;
+
+	info = call_usermodehelper_setup(argv[0], argv, envp, GFP_KERNEL,
+					 ibext_test_umh_init, NULL, &nth);
+	if (!info)
+		return -ENOMEM;
+	return call_usermodehelper_exec(info, UMH_WAIT_PROC);
 }
 
 u32 ibext_test_wc_imm(const struct ib_wc *wc)
