@@ -7,7 +7,8 @@
 //! function, and turns its `Result` into an errno in one place.
 
 use crate::{
-    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device, warn::warn_on_once,
+    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device,
+    policy::moderation::Moderation, warn::warn_on_once,
 };
 use core::ptr::NonNull;
 use kernel::{
@@ -46,12 +47,19 @@ unsafe impl Sync for PooledCq {}
     expect(dead_code, reason = "the crate's tests are its only Rust users so far")
 )]
 impl PooledCq {
-    /// Takes `nr_cqe` entries on a pooled CQ of `dev` (see `ibext_cq_pool_get`).
-    pub(crate) fn get(dev: &Device, nr_cqe: u32, hint: i32, ctx: PollCtx) -> Result<Self> {
+    /// Takes `nr_cqe` entries on a pooled CQ of `dev` polled in `ctx` and moderated by
+    /// `moderation` (see `ibext_cq_pool_get_attr`).
+    pub(crate) fn get(
+        dev: &Device,
+        nr_cqe: u32,
+        hint: i32,
+        ctx: PollCtx,
+        moderation: Moderation,
+    ) -> Result<Self> {
         let state = client::device_state(dev).ok_or(ENODEV)?;
         let cq = state
             .cq_pools()
-            .get(dev, state.comp_vectors(), nr_cqe, hint, ctx)?;
+            .get(dev, state.comp_vectors(), nr_cqe, hint, ctx, moderation)?;
         // INVARIANT: `nr_cqe` entries of `cq` were just taken from `state`'s pool.
         Ok(PooledCq { state, cq, nr_cqe })
     }
@@ -78,17 +86,19 @@ fn cq_pool_get(
     nr_cqe: c_uint,
     hint: c_int,
     poll_ctx: bindings::ib_poll_context,
+    moderation: bindings::ibext_moderation,
 ) -> Result<NonNull<bindings::ib_cq>> {
     if dev.is_null() {
         return Err(EINVAL);
     }
     let ctx = PollCtx::from_raw(poll_ctx)?;
+    let moderation = Moderation::from_raw(moderation).ok_or(EINVAL)?;
     // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
     let dev = unsafe { Device::from_raw(dev) };
     let state = client::device_state(dev).ok_or(ENODEV)?;
     state
         .cq_pools()
-        .get(dev, state.comp_vectors(), nr_cqe, hint, ctx)
+        .get(dev, state.comp_vectors(), nr_cqe, hint, ctx, moderation)
 }
 
 /// C entry point of `ibext_cq_pool_get()`; see `include/rdma/ibext.h`.
@@ -103,7 +113,28 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
     comp_vector_hint: c_int,
     poll_ctx: bindings::ib_poll_context,
 ) -> *mut bindings::ib_cq {
-    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx) {
+    let dim = bindings::ibext_moderation_IBEXT_MODERATION_DIM;
+    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx, dim) {
+        Ok(cq) => cq.as_ptr(),
+        Err(e) => err_ptr(e),
+    }
+}
+
+/// C entry point of `ibext_cq_pool_get_attr()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `dev` is null or a registered device the caller may use; `attr` is null or valid for reads.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_cq_pool_get_attr(
+    dev: *mut bindings::ib_device,
+    attr: *const bindings::ibext_cq_attr,
+) -> *mut bindings::ib_cq {
+    // SAFETY: `attr` is null or valid for reads (the C contract).
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return err_ptr(EINVAL);
+    };
+    match cq_pool_get(dev, a.nr_cqe, a.comp_vector_hint, a.poll_ctx, a.moderation) {
         Ok(cq) => cq.as_ptr(),
         Err(e) => err_ptr(e),
     }

@@ -12,6 +12,11 @@
 //! missed: the race-free loop from the IB/srp thread. A pass that uses its whole budget stays in
 //! polling mode without re-arming, so the engine moves into polling as load rises.
 //!
+//! Moderation (`policy::moderation`): with DIM, every pass feeds `rdma_dim()` one sample;
+//! a new profile goes to the device's `modify_cq` where it has one, and otherwise is applied in
+//! software by deferring the next poll with an hrtimer instead of re-arming. The adaptive mode
+//! switches between interrupt mode and polling mode.
+//!
 //! Teardown: a CQ is marked dying and the handlers that may not have seen the mark are waited
 //! for (they run inside `rcu_read_lock()`), then the poller is disabled or cancelled, and only
 //! then is the CQ destroyed.
@@ -20,6 +25,7 @@ use crate::{
     bindings,
     ib::Device,
     ledger::{Kind, Token},
+    policy::moderation::{self, ModState, Moderation, Pass, PassEnd},
     warn::warn_on_once,
 };
 use core::{
@@ -144,6 +150,16 @@ pub(crate) struct CqStats {
     pub(crate) completions: AtomicU64,
     /// Passes that used their whole budget and stayed in polling mode.
     pub(crate) budget_exhausted: AtomicU64,
+    /// DIM samples (`rdma_dim()` calls, one per pass).
+    pub(crate) samples: AtomicU64,
+    /// DIM profile changes applied.
+    pub(crate) profile_changes: AtomicU64,
+    /// The highest DIM profile index applied so far.
+    pub(crate) profile_max: AtomicU64,
+    /// Passes run by the software-moderation timer instead of a completion event.
+    pub(crate) deferred_polls: AtomicU64,
+    /// Adaptive mode: switches between interrupt and polling mode.
+    pub(crate) mode_switches: AtomicU64,
 }
 
 /// A pooled CQ's engine: its poller, its completion buffer and its counters.
@@ -153,17 +169,27 @@ pub(crate) struct CqStats {
 /// - `cq` is null until the CQ exists; from then until the CQ is destroyed it is that CQ, whose
 ///   `cq_context` is this engine.
 /// - Only the poller (irq_poll or the work item, never both, never concurrently with itself)
-///   touches `wc`.
+///   touches `wc` and `modstate`, and calls `rdma_dim()` on `dim`.
 #[pin_data]
 pub(crate) struct CqEngine {
     cq: AtomicPtr<bindings::ib_cq>,
     ctx: PollCtx,
     vector: u32,
+    moderation: Moderation,
+    /// The device applies DIM profiles itself (`modify_cq`).
+    hw_moderation: bool,
     #[pin]
     iop: Opaque<bindings::irq_poll>,
     #[pin]
     work: Opaque<bindings::work_struct>,
     wc: Opaque<[bindings::ib_wc; POLL_BATCH]>,
+    /// lib/dim's state; its `work` applies a new profile.
+    #[pin]
+    dim: Opaque<bindings::dim>,
+    /// Software moderation: the deferred poll.
+    #[pin]
+    timer: Opaque<bindings::hrtimer>,
+    modstate: Opaque<ModState>,
     pub(crate) stats: CqStats,
     dying: AtomicBool,
     _token: Token,
@@ -180,6 +206,123 @@ unsafe impl Sync for CqEngine {}
 impl CqEngine {
     fn cq(&self) -> *mut bindings::ib_cq {
         self.cq.load(Ordering::Acquire)
+    }
+
+    /// Returns the CQ's moderation mode.
+    pub(crate) fn moderation(&self) -> Moderation {
+        self.moderation
+    }
+
+    /// Returns the current DIM profile index (0 without DIM).
+    pub(crate) fn profile_ix(&self) -> u8 {
+        // SAFETY: `dim` is initialized; a racy read of a `u8` the poller writes is only shown.
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.dim.get()).profile_ix)) }
+    }
+
+    /// Feeds DIM one sample for a finished pass and decides what follows it (`None`: the pass
+    /// used its budget; the caller keeps polling).
+    ///
+    /// # Safety
+    ///
+    /// Must be called by the engine's poller only.
+    unsafe fn end_pass(&self, completed: u32, budget: u32) -> Option<PassEnd> {
+        let exhausted = completed >= budget;
+        if exhausted {
+            self.stats.budget_exhausted.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.moderation == Moderation::None {
+            return (!exhausted).then_some(PassEnd::Rearm);
+        }
+        // As upstream's `ib_poll_handler`: one sample per pass.
+        // SAFETY: Only the poller calls `rdma_dim()` (type invariant).
+        unsafe { bindings::rdma_dim(self.dim.get(), u64::from(completed)) };
+        self.stats.samples.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: Only the poller touches `modstate` (type invariant).
+        let st = unsafe { &mut *self.modstate.get() };
+        let before = st.switches;
+        let end = moderation::end_of_pass(
+            self.moderation,
+            st,
+            Pass {
+                completed,
+                exhausted,
+                budget,
+                profile_ix: self.profile_ix(),
+                hw_moderation: self.hw_moderation,
+            },
+        );
+        if st.switches != before {
+            self.stats
+                .mode_switches
+                .fetch_add(st.switches - before, Ordering::Relaxed);
+        }
+        end
+    }
+
+    /// Carries out what follows a pass that stayed under budget.
+    fn after_pass(&self, end: PassEnd) {
+        match end {
+            PassEnd::Rearm => {
+                if self.rearm() {
+                    self.schedule();
+                }
+            }
+            PassEnd::Poll => self.schedule(),
+            PassEnd::Defer { usec } => {
+                // SAFETY: `timer` was initialized in `create` and is cancelled before the
+                // engine goes.
+                unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec.into()) };
+            }
+        }
+    }
+
+    /// The software-moderation timer: poll again.
+    ///
+    /// # Safety
+    ///
+    /// Called by the hrtimer core only, with the `timer` of a live engine.
+    unsafe extern "C" fn timer_fn(timer: *mut bindings::hrtimer) -> bindings::hrtimer_restart {
+        // SAFETY: `timer` is the `timer` field of an engine (`Opaque` is transparent).
+        let engine = unsafe { &*kernel::container_of!(timer, Self, timer) };
+        engine.stats.deferred_polls.fetch_add(1, Ordering::Relaxed);
+        if !engine.dying.load(Ordering::Acquire) {
+            engine.schedule();
+        }
+        bindings::hrtimer_restart_HRTIMER_NORESTART
+    }
+
+    /// lib/dim's work: a new profile was chosen; apply it.
+    ///
+    /// # Safety
+    ///
+    /// Called by the workqueue only, with the `work` of an engine's `dim`.
+    unsafe extern "C" fn dim_work_fn(work: *mut bindings::work_struct) {
+        let off = core::mem::offset_of!(bindings::dim, work);
+        // SAFETY: `work` is the `work` field of the `dim` field of a live engine.
+        let engine = unsafe {
+            let dim = work.cast::<u8>().sub(off).cast::<bindings::dim>();
+            &*kernel::container_of!(dim, Self, dim)
+        };
+        let ix = engine.profile_ix();
+        let p = moderation::profile(ix);
+        engine.stats.profile_changes.fetch_add(1, Ordering::Relaxed);
+        engine
+            .stats
+            .profile_max
+            .fetch_max(u64::from(ix), Ordering::Relaxed);
+        if engine.hw_moderation {
+            // SAFETY: The CQ is alive: this work is cancelled before the CQ is destroyed.
+            unsafe { bindings::rdma_set_cq_moderation(engine.cq(), p.comps, p.usec) };
+        }
+        // Software moderation reads the profile at the end of each pass. Measure afresh, as
+        // upstream's `ib_cq_rdma_dim_work` does.
+        // SAFETY: `dim` is initialized; `state` is a `u8` lib/dim reads racily by design.
+        unsafe {
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!((*engine.dim.get()).state),
+                bindings::dim_state_DIM_START_MEASURE as u8,
+            )
+        };
     }
 
     /// Polls up to `budget` completions and dispatches them; returns how many.
@@ -286,20 +429,13 @@ impl CqEngine {
         let budget = u32::try_from(budget).unwrap_or(0);
         // SAFETY: irq_poll runs one poll of this `iop` at a time: we are the poller.
         let done = unsafe { engine.process(budget) };
-        if done < budget {
+        // SAFETY: As above.
+        if let Some(end) = unsafe { engine.end_pass(done, budget) } {
             // SAFETY: We are the poll function of `iop`.
             unsafe { bindings::irq_poll_complete(iop) };
-            if engine.rearm() {
-                // SAFETY: As above.
-                unsafe { bindings::irq_poll_sched(iop) };
-            }
-        } else {
-            // irq_poll keeps us on its list: stay in polling mode.
-            engine
-                .stats
-                .budget_exhausted
-                .fetch_add(1, Ordering::Relaxed);
+            engine.after_pass(end);
         }
+        // Otherwise irq_poll keeps us on its list: polling mode.
         done as c_int
     }
 
@@ -313,24 +449,31 @@ impl CqEngine {
         let engine = unsafe { &*kernel::container_of!(work, Self, work) };
         // SAFETY: A work item does not run concurrently with itself: we are the poller.
         let done = unsafe { engine.process(BUDGET_WORKQUEUE) };
-        if done >= BUDGET_WORKQUEUE {
-            engine
-                .stats
-                .budget_exhausted
-                .fetch_add(1, Ordering::Relaxed);
-            engine.schedule();
-        } else if engine.rearm() {
-            engine.schedule();
+        // SAFETY: As above.
+        match unsafe { engine.end_pass(done, BUDGET_WORKQUEUE) } {
+            Some(end) => engine.after_pass(end),
+            // Polling mode: requeue without re-arming.
+            None => engine.schedule(),
         }
     }
 
-    /// Makes a CQ of at least `nr_cqe` entries on `vector`, polled in `ctx`, with its engine.
-    pub(crate) fn create(dev: &Device, nr_cqe: u32, vector: u32, ctx: PollCtx) -> Result<OwnedCq> {
+    /// Makes a CQ of at least `nr_cqe` entries on `vector`, polled in `ctx` and moderated by
+    /// `moderation`, with its engine.
+    pub(crate) fn create(
+        dev: &Device,
+        nr_cqe: u32,
+        vector: u32,
+        ctx: PollCtx,
+        moderation: Moderation,
+    ) -> Result<OwnedCq> {
+        let hw_moderation = dev.has_modify_cq();
         let engine = KBox::pin_init(
             pin_init!(Self {
                 cq: AtomicPtr::new(core::ptr::null_mut()),
                 ctx,
                 vector,
+                moderation,
+                hw_moderation,
                 iop <- Opaque::ffi_init(|p: *mut bindings::irq_poll| {
                     // SAFETY: `p` is valid for writes; the budget fits a `c_int`.
                     unsafe {
@@ -342,6 +485,27 @@ impl CqEngine {
                     unsafe { bindings::ibext_shim_init_work(p, Some(Self::work_fn)) }
                 }),
                 wc: Opaque::uninit(),
+                dim <- Opaque::ffi_init(|p: *mut bindings::dim| {
+                    // SAFETY: `p` is valid for writes. This is upstream's `rdma_dim_init`,
+                    // except that `priv` is unused (the work finds the engine by its address).
+                    unsafe {
+                        p.write(bindings::dim {
+                            state: bindings::dim_state_DIM_START_MEASURE as u8,
+                            tune_state: bindings::dim_tune_state_DIM_GOING_RIGHT as u8,
+                            profile_ix: 0,
+                            ..Default::default()
+                        });
+                        bindings::ibext_shim_init_work(
+                            core::ptr::addr_of_mut!((*p).work),
+                            Some(Self::dim_work_fn),
+                        );
+                    }
+                }),
+                timer <- Opaque::ffi_init(|p: *mut bindings::hrtimer| {
+                    // SAFETY: `p` is valid for writes.
+                    unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }
+                }),
+                modstate: Opaque::new(ModState::default()),
                 stats: CqStats::default(),
                 dying: AtomicBool::new(false),
                 _token: Token::new(Kind::PooledCq),
@@ -460,6 +624,12 @@ impl Drop for OwnedCq {
             _ => unsafe {
                 bindings::cancel_work_sync(engine.work.get());
             },
+        }
+        // SAFETY: Initialized in `create`. The timer's callback schedules nothing once `dying`
+        // is set; DIM's work is only queued by the poller, which is stopped.
+        unsafe {
+            bindings::hrtimer_cancel(engine.timer.get());
+            bindings::cancel_work_sync(core::ptr::addr_of_mut!((*engine.dim.get()).work));
         }
         let cq = engine.cq();
         // SAFETY: The CQ exists (type invariant) and no poller runs any more.

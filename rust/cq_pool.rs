@@ -20,7 +20,10 @@ use crate::{
     debugfs::{SeqFile, Show},
     ib::Device,
     ledger::{Kind, Token},
-    policy::cq_pool::{self as policy, Slot},
+    policy::{
+        cq_pool::{self as policy, Slot},
+        moderation::Moderation,
+    },
     warn::warn_on_once,
 };
 use core::{
@@ -106,10 +109,11 @@ impl CqPoolInner {
     }
 }
 
-/// The pool of one poll context on one device.
+/// The pool of one poll context and one moderation mode on one device.
 #[pin_data]
 struct CqPool {
     ctx: PollCtx,
+    moderation: Moderation,
     #[pin]
     grow: Mutex<()>,
     #[pin]
@@ -117,9 +121,10 @@ struct CqPool {
 }
 
 impl CqPool {
-    fn new(ctx: PollCtx) -> impl PinInit<Self> {
+    fn new(ctx: PollCtx, moderation: Moderation) -> impl PinInit<Self> {
         pin_init!(Self {
             ctx,
+            moderation,
             grow <- new_mutex!((), "CqPool::grow"),
             inner <- new_spinlock!(CqPoolInner { head: None, dead: false }, "CqPool::inner"),
         })
@@ -138,7 +143,7 @@ impl CqPool {
     fn make_set(&self, dev: &Device, vectors: u32, cqe: u32) -> Result<KBox<CqSet>> {
         let mut slots = KVec::with_capacity(vectors as usize, GFP_KERNEL)?;
         for vector in 0..vectors {
-            let cq = CqEngine::create(dev, cqe, vector, self.ctx)?;
+            let cq = CqEngine::create(dev, cqe, vector, self.ctx, self.moderation)?;
             // SAFETY: The CQ was just made; drivers round its size up, so read what it has.
             let real = unsafe { (*cq.cq()).cqe };
             let capacity = u32::try_from(real).unwrap_or(0).max(cqe);
@@ -215,33 +220,62 @@ impl CqPool {
         let inner = self.inner.lock();
         for slot in inner.slots() {
             let Some(e) = slot.cq.engine() else { continue };
+            let st = &e.stats;
             writeln!(
                 m,
-                "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {}",
+                "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
+                 moderation {} profile {} profile_max {} profile_changes {} samples {} \
+                 deferred_polls {} mode_switches {}",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
                 slot.used,
-                e.stats.events.load(Ordering::Relaxed),
-                e.stats.passes.load(Ordering::Relaxed),
-                e.stats.completions.load(Ordering::Relaxed),
-                e.stats.budget_exhausted.load(Ordering::Relaxed),
+                st.events.load(Ordering::Relaxed),
+                st.passes.load(Ordering::Relaxed),
+                st.completions.load(Ordering::Relaxed),
+                st.budget_exhausted.load(Ordering::Relaxed),
+                e.moderation().name(),
+                e.profile_ix(),
+                st.profile_max.load(Ordering::Relaxed),
+                st.profile_changes.load(Ordering::Relaxed),
+                st.samples.load(Ordering::Relaxed),
+                st.deferred_polls.load(Ordering::Relaxed),
+                st.mode_switches.load(Ordering::Relaxed),
             )?;
         }
         Ok(())
     }
 }
 
-/// Every CQ pool of one device: one per poll context, and the device's round-robin counter.
+/// Number of pools per device: one per poll context and moderation mode.
+const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
+
+/// What the tests and the benchmarks read of one pooled CQ.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CqInfo {
+    /// Completion events.
+    pub(crate) events: u64,
+    /// Completions dispatched.
+    pub(crate) completions: u64,
+    /// The DIM profile index now.
+    pub(crate) profile_ix: u8,
+    /// The highest DIM profile index applied so far.
+    pub(crate) profile_max: u64,
+    /// DIM profile changes.
+    pub(crate) profile_changes: u64,
+    /// Deferred polls (software moderation).
+    pub(crate) deferred_polls: u64,
+    /// Adaptive mode switches.
+    pub(crate) mode_switches: u64,
+}
+
+/// Every CQ pool of one device, one per poll context and moderation mode (CQs of different
+/// modes never share), and the device's round-robin counter.
 #[pin_data]
 pub(crate) struct CqPools {
     rr: AtomicU32,
     #[pin]
-    softirq: CqPool,
-    #[pin]
-    workqueue: CqPool,
-    #[pin]
-    unbound: CqPool,
+    pools: [CqPool; NR_POOLS],
 }
 
 impl CqPools {
@@ -249,18 +283,29 @@ impl CqPools {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
             rr: AtomicU32::new(0),
-            softirq <- CqPool::new(PollCtx::Softirq),
-            workqueue <- CqPool::new(PollCtx::Workqueue),
-            unbound <- CqPool::new(PollCtx::UnboundWorkqueue),
+            pools <- kernel::init::pin_init_array_from_fn(|i| {
+                let ctx = PollCtx::ALL[i / Moderation::ALL.len()];
+                CqPool::new(ctx, Moderation::ALL[i % Moderation::ALL.len()])
+            }),
         })
     }
 
-    fn pool(&self, ctx: PollCtx) -> &CqPool {
-        match ctx {
-            PollCtx::Softirq => &self.softirq,
-            PollCtx::Workqueue => &self.workqueue,
-            PollCtx::UnboundWorkqueue => &self.unbound,
-        }
+    fn pool(&self, ctx: PollCtx, moderation: Moderation) -> &CqPool {
+        let c = PollCtx::ALL.iter().position(|&x| x == ctx).unwrap_or(0);
+        let m = Moderation::ALL
+            .iter()
+            .position(|&x| x == moderation)
+            .unwrap_or(0);
+        &self.pools[c * Moderation::ALL.len() + m]
+    }
+
+    /// Finds `cq` in any pool and reads it with `f` under that pool's lock.
+    fn with_slot<R>(&self, cq: *mut bindings::ib_cq, f: impl Fn(&PoolSlot) -> R) -> Option<R> {
+        self.pools.iter().find_map(|pool| {
+            let inner = pool.inner.lock();
+            let r = inner.slots().find(|s| s.cq.cq() == cq).map(&f);
+            r
+        })
     }
 
     /// Takes `nr_cqe` entries on a pooled CQ of `dev` (see `ibext_cq_pool_get`).
@@ -271,12 +316,13 @@ impl CqPools {
         nr_cqe: u32,
         hint: i32,
         ctx: PollCtx,
+        moderation: Moderation,
     ) -> Result<NonNull<bindings::ib_cq>> {
         let max_cqe = u32::try_from(dev.attrs().max_cqe).unwrap_or(0);
         policy::check_nr_cqe(nr_cqe, max_cqe).map_err(|_| EINVAL)?;
         let vector =
             policy::vector_for_hint(hint, vectors, || self.rr.fetch_add(1, Ordering::Relaxed));
-        let pool = self.pool(ctx);
+        let pool = self.pool(ctx, moderation);
         if let Some(cq) = pool.try_take(vector, nr_cqe)? {
             return NonNull::new(cq).ok_or(EINVAL);
         }
@@ -303,8 +349,8 @@ impl CqPools {
 
     /// Gives back `nr_cqe` entries of `cq` (see `ibext_cq_pool_put`).
     pub(crate) fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) {
-        for ctx in PollCtx::ALL {
-            match self.pool(ctx).put(cq, nr_cqe) {
+        for pool in self.pools.iter() {
+            match pool.put(cq, nr_cqe) {
                 None => continue,
                 Some(Ok(())) => return,
                 Some(Err(policy::OverPut)) => {
@@ -322,10 +368,27 @@ impl CqPools {
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
     pub(crate) fn used(&self, cq: *mut bindings::ib_cq) -> Option<u32> {
-        PollCtx::ALL.iter().find_map(|ctx| {
-            let inner = self.pool(*ctx).inner.lock();
-            let used = inner.slots().find(|s| s.cq.cq() == cq).map(|s| s.used);
-            used
+        self.with_slot(cq, |s| s.used)
+    }
+
+    /// Returns what the tests and benchmarks read of `cq`, if it is pooled here.
+    #[cfg_attr(
+        not(ibext_kunit),
+        expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
+    )]
+    pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqInfo> {
+        self.with_slot(cq, |s| {
+            let mut info = CqInfo::default();
+            if let Some(e) = s.cq.engine() {
+                info.events = e.stats.events.load(Ordering::Relaxed);
+                info.completions = e.stats.completions.load(Ordering::Relaxed);
+                info.profile_ix = e.profile_ix();
+                info.profile_max = e.stats.profile_max.load(Ordering::Relaxed);
+                info.profile_changes = e.stats.profile_changes.load(Ordering::Relaxed);
+                info.deferred_polls = e.stats.deferred_polls.load(Ordering::Relaxed);
+                info.mode_switches = e.stats.mode_switches.load(Ordering::Relaxed);
+            }
+            info
         })
     }
 
@@ -335,48 +398,33 @@ impl CqPools {
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
     pub(crate) fn total_used(&self) -> u64 {
-        PollCtx::ALL
+        self.pools
             .iter()
-            .map(|ctx| {
-                let inner = self.pool(*ctx).inner.lock();
+            .map(|pool| {
+                let inner = pool.inner.lock();
                 let used: u64 = inner.slots().map(|s| u64::from(s.used)).sum();
                 used
             })
             .sum()
     }
 
-    /// Returns the completion events and completions counted on `cq`, if it is pooled here.
-    #[cfg_attr(
-        not(ibext_kunit),
-        expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
-    )]
-    pub(crate) fn stats_of(&self, cq: *mut bindings::ib_cq) -> Option<(u64, u64)> {
-        PollCtx::ALL.iter().find_map(|ctx| {
-            let inner = self.pool(*ctx).inner.lock();
-            let stats = inner.slots().find(|s| s.cq.cq() == cq).and_then(|s| {
-                let e = s.cq.engine()?;
-                Some((
-                    e.stats.events.load(Ordering::Relaxed),
-                    e.stats.completions.load(Ordering::Relaxed),
-                ))
-            });
-            stats
-        })
-    }
-
-    /// Returns the number of pooled CQs in `ctx`.
+    /// Returns the number of pooled CQs in `ctx`, over every moderation mode.
     #[cfg_attr(
         not(ibext_kunit),
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
     pub(crate) fn nr_cqs(&self, ctx: PollCtx) -> usize {
-        self.pool(ctx).inner.lock().slots().count()
+        self.pools
+            .iter()
+            .filter(|p| p.ctx == ctx)
+            .map(|p| p.inner.lock().slots().count())
+            .sum()
     }
 
     /// Destroys every pooled CQ (device removal).
     pub(crate) fn destroy_all(&self, dev: &Device) {
-        for ctx in PollCtx::ALL {
-            self.pool(ctx).destroy_all(dev);
+        for pool in self.pools.iter() {
+            pool.destroy_all(dev);
         }
     }
 }
@@ -384,8 +432,8 @@ impl CqPools {
 impl Show for CqPools {
     /// One line per pooled CQ.
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
-        for ctx in PollCtx::ALL {
-            self.pool(ctx).show(m)?;
+        for pool in self.pools.iter() {
+            pool.show(m)?;
         }
         Ok(())
     }

@@ -69,6 +69,12 @@ impl Device {
         unsafe { &(*self.as_raw()).attrs }
     }
 
+    /// Returns whether the driver can moderate CQ events itself (`modify_cq`).
+    pub(crate) fn has_modify_cq(&self) -> bool {
+        // SAFETY: The ops are set before registration and constant while registered.
+        unsafe { (*self.as_raw()).ops.modify_cq.is_some() }
+    }
+
     /// Returns the number of completion vectors ibext spreads CQs over:
     /// `min(num_comp_vectors, num_online_cpus())`, at least 1.
     pub(crate) fn usable_comp_vectors(&self) -> u32 {

@@ -70,6 +70,20 @@ void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled)
 	cq->shared = pooled;
 }
 
+/* Soft expiry: the timer runs in softirq context, like the poll it schedules. */
+void ibext_shim_hrtimer_init(struct hrtimer *timer,
+			     enum hrtimer_restart (*fn)(struct hrtimer *))
+{
+	hrtimer_init(timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_SOFT);
+	timer->function = fn;
+}
+
+void ibext_shim_hrtimer_start_us(struct hrtimer *timer, unsigned int usec)
+{
+	hrtimer_start(timer, ns_to_ktime((u64)usec * NSEC_PER_USEC),
+		      HRTIMER_MODE_REL_SOFT);
+}
+
 void ibext_shim_rcu_read_lock(void)
 {
 	rcu_read_lock();
@@ -101,4 +115,5 @@ struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound)
 }
 
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get);
+EXPORT_SYMBOL_GPL(ibext_cq_pool_get_attr);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_put);

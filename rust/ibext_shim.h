@@ -8,6 +8,7 @@
 #define IBEXT_SHIM_H
 
 #include <linux/debugfs.h>
+#include <linux/hrtimer.h>
 #include <linux/seq_file.h>
 #include <rdma/ib_verbs.h>
 
@@ -36,6 +37,11 @@ void ibext_shim_warn(const char *file, int line, const char *msg);
 int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
 int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
+
+/* hrtimer_init is a function, hrtimer_start an inline. */
+void ibext_shim_hrtimer_init(struct hrtimer *timer,
+			     enum hrtimer_restart (*fn)(struct hrtimer *));
+void ibext_shim_hrtimer_start_us(struct hrtimer *timer, unsigned int usec);
 
 /* RCU read side around completion handlers (rcu_read_lock is inline). */
 void ibext_shim_rcu_read_lock(void);

@@ -3,6 +3,7 @@
 //! Host tests of the policy code, with a small deterministic PRNG for randomized sequences.
 
 mod cq_pool;
+mod moderation;
 
 /// xorshift64*: deterministic, seedable, no dependencies.
 pub(crate) struct Rng(u64);

@@ -11,6 +11,38 @@
 #include <rdma/ib_verbs.h>
 
 /**
+ * enum ibext_moderation - how a pooled CQ's completion events are moderated
+ * @IBEXT_MODERATION_NONE: re-arm after every poll pass that ends under budget
+ * @IBEXT_MODERATION_DIM: dynamic interrupt moderation with the kernel's
+ *	lib/dim (rdma_dim()): the device's modify_cq applies the chosen profile
+ *	where it has one; otherwise ibext applies it in software, deferring the
+ *	next poll instead of re-arming.  The default of ibext_cq_pool_get().
+ * @IBEXT_MODERATION_ADAPTIVE: NAPI-like: interrupt mode at low load, polling
+ *	without re-arming at high load (see Documentation/ibext.rst)
+ *
+ * CQs of different modes never share.
+ */
+enum ibext_moderation {
+	IBEXT_MODERATION_NONE,
+	IBEXT_MODERATION_DIM,
+	IBEXT_MODERATION_ADAPTIVE,
+};
+
+/**
+ * struct ibext_cq_attr - what ibext_cq_pool_get_attr() is asked for
+ * @nr_cqe: entries needed, between 1 and the device's max_cqe
+ * @comp_vector_hint: as for ibext_cq_pool_get()
+ * @poll_ctx: as for ibext_cq_pool_get()
+ * @moderation: one of enum ibext_moderation
+ */
+struct ibext_cq_attr {
+	unsigned int nr_cqe;
+	int comp_vector_hint;
+	enum ib_poll_context poll_ctx;
+	enum ibext_moderation moderation;
+};
+
+/**
  * ibext_cq_pool_get() - Take entries on a shared CQ from ibext's pool
  * @dev: the RDMA device the CQ is for
  * @nr_cqe: the number of completion entries the caller needs (its QP's
@@ -41,6 +73,20 @@
 struct ib_cq *ibext_cq_pool_get(struct ib_device *dev, unsigned int nr_cqe,
 				int comp_vector_hint,
 				enum ib_poll_context poll_ctx);
+
+/**
+ * ibext_cq_pool_get_attr() - Take entries on a shared CQ, with its moderation
+ * @dev: the RDMA device the CQ is for
+ * @attr: what is asked for (see struct ibext_cq_attr)
+ *
+ * ibext_cq_pool_get() is this with @attr->moderation IBEXT_MODERATION_DIM.
+ *
+ * Context: process context; may sleep.
+ * Return: as ibext_cq_pool_get(); also -EINVAL for a NULL @attr or an
+ * unknown @attr->moderation.
+ */
+struct ib_cq *ibext_cq_pool_get_attr(struct ib_device *dev,
+				     const struct ibext_cq_attr *attr);
 
 /**
  * ibext_cq_pool_put() - Give back entries taken with ibext_cq_pool_get()

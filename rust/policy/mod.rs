@@ -7,3 +7,4 @@
 //! `core` only. The kernel side reaches ib_core; this side only decides.
 
 pub(crate) mod cq_pool;
+pub(crate) mod moderation;

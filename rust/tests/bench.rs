@@ -26,6 +26,7 @@ use crate::{
     bindings, client,
     cq_engine::PollCtx,
     kunit::{kassert, kunit_suite, Failed, TestResult},
+    policy::moderation::Moderation,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::{c_str, prelude::*};
@@ -51,19 +52,12 @@ unsafe extern "C" fn tap_handler(cq: *mut bindings::ib_cq, ctx: *mut core::ffi::
 
 #[derive(Clone, Copy, PartialEq)]
 enum Setup {
+    /// One CQ per QP from `ib_alloc_cq`, softirq.
     PerQp,
+    /// Upstream `ib_cq_pool_get`, softirq.
     UpstreamPool,
-    IbextPool,
-}
-
-impl Setup {
-    fn name(self) -> &'static str {
-        match self {
-            Setup::PerQp => "per_qp",
-            Setup::UpstreamPool => "upstream_pool",
-            Setup::IbextPool => "ibext_pool",
-        }
-    }
+    /// ibext's pool in a poll context and moderation mode.
+    Ibext(PollCtx, Moderation),
 }
 
 /// The CQs of one case, whoever made them; gives them back when dropped.
@@ -96,8 +90,8 @@ impl Cqs {
         let vectors = dev.usable_comp_vectors();
         for i in 0..qps {
             let cq = match setup {
-                Setup::IbextPool => {
-                    let p = PooledCq::get(dev, nr_cqe, i as i32, PollCtx::Softirq)?;
+                Setup::Ibext(ctx, mode) => {
+                    let p = PooledCq::get(dev, nr_cqe, i as i32, ctx, mode)?;
                     let raw = p.as_raw();
                     c.ibext.push(p, GFP_KERNEL)?;
                     raw
@@ -131,7 +125,7 @@ impl Cqs {
                     cq
                 }
             };
-            if setup != Setup::IbextPool && !c.tapped.contains(&cq) {
+            if matches!(setup, Setup::PerQp | Setup::UpstreamPool) && !c.tapped.contains(&cq) {
                 // Within the capacity reserved above: no allocation.
                 c.tapped.push(cq, GFP_KERNEL)?;
                 c.install_tap(cq);
@@ -153,7 +147,7 @@ impl Cqs {
 
     fn cq(&self, i: usize) -> *mut bindings::ib_cq {
         match self.setup {
-            Setup::IbextPool => self.ibext[i].as_raw(),
+            Setup::Ibext(..) => self.ibext[i].as_raw(),
             _ => self.per_qp[i],
         }
     }
@@ -203,6 +197,10 @@ struct Outcome {
     lat_p99_ns: u64,
     cqs: usize,
     cqe_allocated: u64,
+    /// ibext's CQs: the highest DIM profile at the end, deferred polls, mode switches.
+    max_profile: u8,
+    deferred_polls: u64,
+    mode_switches: u64,
 }
 
 fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -> Result<Outcome> {
@@ -216,24 +214,29 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
     for i in 0..qps {
         per_qp.push(cqs.cq(i), GFP_KERNEL)?;
     }
-    let events = |cqs: &Cqs| -> u64 {
-        match setup {
-            Setup::IbextPool => distinct
-                .iter()
-                .filter_map(|&cq| state.cq_pools().stats_of(cq))
-                .map(|(events, _)| events)
-                .sum(),
-            _ => cqs.tap.events.load(Ordering::Acquire),
+    // Totals over this case's CQs: events, deferred polls, mode switches, highest profile.
+    let totals = |cqs: &Cqs| -> (u64, u64, u64, u8) {
+        let mut t = (0, 0, 0, 0);
+        for info in distinct.iter().filter_map(|&cq| state.cq_pools().info(cq)) {
+            t.0 += info.events;
+            t.1 += info.deferred_polls;
+            t.2 += info.mode_switches;
+            t.3 = t.3.max(info.profile_max as u8);
         }
+        if !matches!(setup, Setup::Ibext(..)) {
+            t.0 = cqs.tap.events.load(Ordering::Acquire);
+        }
+        t
     };
 
     let stream = Stream::new(d, &per_qp, depth, Some(ops), ops as usize)?;
-    let ev0 = events(&cqs);
+    let t0 = totals(&cqs);
     let start = now_ns();
     stream.go()?;
     let done = stream.wait_sends(ops, 120_000);
     let elapsed = now_ns().saturating_sub(start).max(1);
-    let ev = events(&cqs) - ev0;
+    let t1 = totals(&cqs);
+    let ev = t1.0 - t0.0;
     let completions = stream.run().completions();
     // The QPs go before the CQs they use.
     let mut stream = stream.stop()?;
@@ -259,6 +262,9 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
         lat_p99_ns: p99,
         cqs: distinct.len(),
         cqe_allocated,
+        max_profile: t1.3,
+        deferred_polls: t1.1 - t0.1,
+        mode_switches: t1.2 - t0.2,
     })
 }
 
@@ -283,62 +289,117 @@ fn median(v: &mut [u64]) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-fn cq_pool_bench() -> TestResult {
-    const OPS: u64 = 12_800;
-    /// Each case runs this often, the three setups interleaved and their order rotated each
-    /// repetition; the median of each metric is reported, since one TCG run is noisy.
+/// Runs `setups` side by side at (`qps`, `depth`), `REPS` times with their order rotated, and
+/// prints the median of each metric as one JSON line per setup.
+fn compare(
+    dev: &DeviceRef,
+    bench: &str,
+    setups: &[(Setup, &str)],
+    qps: usize,
+    depth: usize,
+    ops: u64,
+) -> TestResult {
+    /// Each case runs this often; the median is reported, since one TCG run is noisy.
     const REPS: usize = 5;
+    const MAX_SETUPS: usize = 4;
+    kassert!(setups.len() <= MAX_SETUPS);
+    let n = setups.len();
+    let mut results: [[Option<Outcome>; MAX_SETUPS]; REPS] = Default::default();
+    for (rep, row) in results.iter_mut().enumerate() {
+        for j in 0..n {
+            let k = (rep + j) % n;
+            let (setup, label) = setups[k];
+            let r = run_case(dev, setup, qps, depth, ops);
+            kassert!(
+                r.is_ok(),
+                "{} qps {} depth {}: {:?}",
+                label,
+                qps,
+                depth,
+                r.as_ref().err()
+            );
+            row[k] = Some(r.map_err(|_| Failed)?);
+        }
+    }
+    for (k, (_, label)) in setups.iter().enumerate() {
+        let m = |f: fn(&Outcome) -> u64| {
+            let mut v = [0u64; REPS];
+            for (slot, row) in v.iter_mut().zip(results.iter()) {
+                *slot = row[k].as_ref().map_or(0, f);
+            }
+            median(&mut v)
+        };
+        let ev = m(|o| o.events_per_1k_x10);
+        pr_info!(
+            "ibext-bench: {{\"bench\":\"{}\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"reps\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{},\"max_profile\":{},\"deferred_polls\":{},\"mode_switches\":{}}}\n",
+            bench,
+            label,
+            qps,
+            depth,
+            ops,
+            REPS,
+            m(|o| o.ops_per_s),
+            ev / 10,
+            ev % 10,
+            m(|o| o.lat_mean_ns),
+            m(|o| o.lat_p99_ns),
+            m(|o| o.cqs as u64),
+            m(|o| o.cqe_allocated),
+            m(|o| u64::from(o.max_profile)),
+            m(|o| o.deferred_polls),
+            m(|o| o.mode_switches)
+        );
+    }
+    Ok(())
+}
+
+fn rxe0() -> core::result::Result<DeviceRef, Failed> {
     let dev = DeviceRef::get(c_str!("rxe0"));
     kassert!(dev.is_some(), "rxe0 is not registered");
-    let dev = dev.ok_or(Failed)?;
-    let setups = [Setup::PerQp, Setup::UpstreamPool, Setup::IbextPool];
+    dev.ok_or(Failed)
+}
+
+/// Issue 4: one CQ per QP, upstream's pool and ibext's pool (its default, DIM).
+fn cq_pool_bench() -> TestResult {
+    let dev = rxe0()?;
+    let setups = [
+        (Setup::PerQp, "per_qp"),
+        (Setup::UpstreamPool, "upstream_pool"),
+        (
+            Setup::Ibext(PollCtx::Softirq, Moderation::Dim),
+            "ibext_pool",
+        ),
+    ];
     for qps in [4usize, 16, 64] {
         for depth in [1usize, 32] {
-            let mut results: [[Option<Outcome>; 3]; REPS] = Default::default();
-            for (rep, row) in results.iter_mut().enumerate() {
-                for j in 0..setups.len() {
-                    let k = (rep + j) % setups.len();
-                    let setup = setups[k];
-                    let r = run_case(&dev, setup, qps, depth, OPS);
-                    kassert!(
-                        r.is_ok(),
-                        "{} qps {} depth {}: {:?}",
-                        setup.name(),
-                        qps,
-                        depth,
-                        r.as_ref().err()
-                    );
-                    row[k] = Some(r.map_err(|_| Failed)?);
-                }
-            }
-            for (k, setup) in setups.iter().enumerate() {
-                let m = |f: fn(&Outcome) -> u64| {
-                    let mut v = [0u64; REPS];
-                    for (slot, row) in v.iter_mut().zip(results.iter()) {
-                        *slot = row[k].as_ref().map_or(0, f);
-                    }
-                    median(&mut v)
-                };
-                let ev = m(|o| o.events_per_1k_x10);
-                pr_info!(
-                    "ibext-bench: {{\"bench\":\"cq_pool\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"reps\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{}}}\n",
-                    setup.name(),
-                    qps,
-                    depth,
-                    OPS,
-                    REPS,
-                    m(|o| o.ops_per_s),
-                    ev / 10,
-                    ev % 10,
-                    m(|o| o.lat_mean_ns),
-                    m(|o| o.lat_p99_ns),
-                    m(|o| o.cqs as u64),
-                    m(|o| o.cqe_allocated)
-                );
-            }
+            compare(&dev, "cq_pool", &setups, qps, depth, 12_800)?;
         }
     }
     Ok(())
 }
 
-kunit_suite!(ibext_bench, [cq_pool_bench], slow);
+/// Issue 5: moderation modes of ibext's pool on 16 QPs.
+fn dim_bench() -> TestResult {
+    let dev = rxe0()?;
+    let setups = [
+        (
+            Setup::Ibext(PollCtx::Softirq, Moderation::None),
+            "none_softirq",
+        ),
+        (
+            Setup::Ibext(PollCtx::Workqueue, Moderation::None),
+            "none_workqueue",
+        ),
+        (Setup::Ibext(PollCtx::Softirq, Moderation::Dim), "dim"),
+        (
+            Setup::Ibext(PollCtx::Softirq, Moderation::Adaptive),
+            "adaptive",
+        ),
+    ];
+    for depth in [1usize, 8, 32, 128] {
+        compare(&dev, "dim", &setups, 16, depth, 12_800)?;
+    }
+    Ok(())
+}
+
+kunit_suite!(ibext_bench, [cq_pool_bench, dim_bench], slow);

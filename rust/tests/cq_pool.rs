@@ -13,6 +13,7 @@ use crate::{
     device::DeviceState,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
+    policy::moderation::Moderation,
     warn::expect_warnings,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -72,8 +73,8 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     let mut cqs = KVec::new();
     let mut raw = KVec::new();
     for i in 0..QPS {
-        let s = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx)?;
-        let r = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx)?;
+        let s = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
+        let r = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
         raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
         cqs.push((s, r), GFP_KERNEL)?;
     }
@@ -130,17 +131,17 @@ fn vectors_follow_hints() -> TestResult {
     let n = state.comp_vectors();
     kassert!(n >= 1);
     for hint in 0..(2 * n as i32 + 1) {
-        let cq = PooledCq::get(dev.device(), 4, hint, PollCtx::Softirq)?;
+        let cq = PooledCq::get(dev.device(), 4, hint, PollCtx::Softirq, Moderation::Dim)?;
         // SAFETY: The CQ is alive while `cq` holds entries on it.
         let v = unsafe { (*cq.as_raw()).comp_vector };
         kassert_eq!(v, hint as u32 % n);
         kassert_eq!(cq.nr_cqe(), 4);
     }
-    let first = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq)?;
+    let first = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
     // SAFETY: As above.
     let v0 = unsafe { (*first.as_raw()).comp_vector };
     for k in 1..(2 * n) {
-        let cq = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq)?;
+        let cq = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
         // SAFETY: As above.
         let v = unsafe { (*cq.as_raw()).comp_vector };
         kassert_eq!(v, (v0 + k) % n);
@@ -153,20 +154,26 @@ fn vectors_follow_hints() -> TestResult {
 fn least_used_not_first_fit() -> TestResult {
     let (dev, state) = rxe0()?;
     let v = state.comp_vectors() as i32 - 1;
-    let probe = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue)?;
+    let probe = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
     // SAFETY: The CQ is alive while `probe` holds entries on it.
     let cap = unsafe { (*probe.as_raw()).cqe } as u32;
     drop(probe);
     // `a` fills the oldest CQ on `v` to all but 10 entries (pools may hold several sets by now,
     // all empty: the oldest is chosen on the tie).
-    let a = PooledCq::get(dev.device(), cap - 10, v, PollCtx::Workqueue)?;
+    let a = PooledCq::get(
+        dev.device(),
+        cap - 10,
+        v,
+        PollCtx::Workqueue,
+        Moderation::Dim,
+    )?;
     // `b` does not fit there: it lands on another CQ on `v`, made if need be.
-    let b = PooledCq::get(dev.device(), 100, v, PollCtx::Workqueue)?;
+    let b = PooledCq::get(dev.device(), 100, v, PollCtx::Workqueue, Moderation::Dim)?;
     kassert!(a.as_raw() != b.as_raw());
     let b_cq = b.as_raw();
     drop(b);
     // Now: a's CQ has cap - 10 in use, b's CQ 0. A request of 1 fits both.
-    let c = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue)?;
+    let c = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
     kassert!(
         c.as_raw() != a.as_raw(),
         "took the fuller, older CQ (first-fit)"
@@ -198,7 +205,8 @@ fn concurrent_get_put() -> TestResult {
                 if held.len() < 8 && rnd() % 3 != 0 {
                     let ctx = PollCtx::ALL[(rnd() % 3) as usize];
                     let hint = (rnd() % 9) as i32 - 1;
-                    match PooledCq::get(state.device(), 1 + rnd() % 64, hint, ctx) {
+                    match PooledCq::get(state.device(), 1 + rnd() % 64, hint, ctx, Moderation::Dim)
+                    {
                         Ok(cq) => {
                             if held.push(cq, GFP_KERNEL).is_err() {
                                 errors.fetch_add(1, Ordering::AcqRel);
@@ -243,7 +251,7 @@ fn concurrent_get_put() -> TestResult {
 /// Putting back what was not taken is a caller bug: one warning, no change.
 fn misuse_warns_and_changes_nothing() -> TestResult {
     let (dev, state) = rxe0()?;
-    let cq = PooledCq::get(dev.device(), 8, 0, PollCtx::Softirq)?;
+    let cq = PooledCq::get(dev.device(), 8, 0, PollCtx::Softirq, Moderation::Dim)?;
     let raw = cq.as_raw();
     let put = |cq: *mut bindings::ib_cq, nr: u32| {
         expect_warnings(|| {
@@ -293,8 +301,14 @@ fn link_delete_after_puts() -> TestResult {
 fn link_delete_after_puts_checks() -> TestResult {
     {
         let (dev, _state) = rxe0()?;
-        let a = PooledCq::get(dev.device(), 32, 1, PollCtx::Softirq)?;
-        let b = PooledCq::get(dev.device(), 32, 2, PollCtx::UnboundWorkqueue)?;
+        let a = PooledCq::get(dev.device(), 32, 1, PollCtx::Softirq, Moderation::Dim)?;
+        let b = PooledCq::get(
+            dev.device(),
+            32,
+            2,
+            PollCtx::UnboundWorkqueue,
+            Moderation::Dim,
+        )?;
         drop((a, b));
     }
     let on_rxe0 = pooled_cqs_on(c_str!("rxe0"));

@@ -19,6 +19,7 @@ use crate::{
     cq_engine::PollCtx,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
+    policy::moderation::Moderation,
 };
 use kernel::{c_str, fmt, prelude::*, str::CString};
 
@@ -60,7 +61,7 @@ fn cq_pool_grow_sweep() -> TestResult {
             ledger::counts(Kind::CqSet).live(),
         );
         fail_nth(n);
-        let r = PooledCq::get(dev.device(), max_cqe, 0, ctx);
+        let r = PooledCq::get(dev.device(), max_cqe, 0, ctx, Moderation::Dim);
         let left = fail_nth(0);
         match r {
             Err(e) => {
@@ -103,7 +104,7 @@ fn cq_pool_grow_sweep() -> TestResult {
         absorbed
     );
     // The pool is usable after the sweep.
-    let cq = PooledCq::get(dev.device(), 16, 1, ctx)?;
+    let cq = PooledCq::get(dev.device(), 16, 1, ctx, Moderation::Dim)?;
     kassert_eq!(state.cq_pools().used(cq.as_raw()), Some(16));
     Ok(())
 }

@@ -2,6 +2,8 @@
 
 //! `ibext_hotunplug`: `rdma link delete rxe0` while a ULP's traffic runs on pooled CQs.
 //!
+//! The ULP's QPs cover every poll context and every moderation mode.
+//!
 //! A test ULP registers its own `ib_client` after ibext, as a real ULP does. On rxe0 its `add`
 //! takes pooled CQs in all three poll contexts and starts streaming loopback traffic; its
 //! `remove` stops the traffic, destroys its QPs and puts the CQs back. Because clients are
@@ -21,6 +23,7 @@ use crate::{
     ib::Device,
     kunit::{kassert, kassert_eq, kunit_suite, TestResult},
     ledger::{self, Kind},
+    policy::moderation::Moderation,
 };
 use core::{
     ffi::c_void,
@@ -33,7 +36,8 @@ use kernel::{
     types::Opaque,
 };
 
-const QPS: usize = 6;
+/// One QP per poll context and moderation mode.
+const QPS: usize = 9;
 const DEPTH: usize = 8;
 
 /// What the test ULP runs on rxe0.
@@ -68,7 +72,13 @@ fn start_on(dev: &Device) -> Result<Active> {
     let mut cqs = KVec::with_capacity(QPS, GFP_KERNEL)?;
     let mut raw = KVec::with_capacity(QPS, GFP_KERNEL)?;
     for i in 0..QPS {
-        let cq = PooledCq::get(dev, 3 * DEPTH as u32, i as i32, PollCtx::ALL[i % 3])?;
+        let cq = PooledCq::get(
+            dev,
+            3 * DEPTH as u32,
+            i as i32,
+            PollCtx::ALL[i % 3],
+            Moderation::ALL[i / 3],
+        )?;
         raw.push(cq.as_raw(), GFP_KERNEL)?;
         cqs.push(cq, GFP_KERNEL)?;
     }

@@ -7,6 +7,7 @@
 
 mod bench;
 mod cq_pool;
+mod dim;
 mod faults;
 mod guest;
 mod hotunplug;

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+
+use crate::policy::moderation::*;
+
+fn pass(completed: u32, exhausted: bool, profile_ix: u8) -> Pass {
+    Pass {
+        completed,
+        exhausted,
+        budget: 256,
+        profile_ix,
+        hw_moderation: false,
+    }
+}
+
+#[test]
+fn none_always_rearms_under_budget() {
+    let mut st = ModState::default();
+    for ix in 0..9 {
+        assert_eq!(
+            end_of_pass(Moderation::None, &mut st, pass(3, false, ix)),
+            Some(PassEnd::Rearm)
+        );
+    }
+    assert_eq!(
+        end_of_pass(Moderation::None, &mut st, pass(256, true, 0)),
+        None
+    );
+}
+
+#[test]
+fn dim_profile_zero_rearms_at_once() {
+    // Depth 1: DIM stays at profile 0, and profile 0 must not add latency.
+    let mut st = ModState::default();
+    for completed in [0, 1, 2] {
+        assert_eq!(
+            end_of_pass(Moderation::Dim, &mut st, pass(completed, false, 0)),
+            Some(PassEnd::Rearm)
+        );
+    }
+}
+
+#[test]
+fn dim_software_defers_small_passes() {
+    let mut st = ModState::default();
+    // Profile 5 = (16 usec, 8 comps).
+    assert_eq!(
+        end_of_pass(Moderation::Dim, &mut st, pass(3, false, 5)),
+        Some(PassEnd::Defer { usec: 16 })
+    );
+    assert_eq!(
+        end_of_pass(Moderation::Dim, &mut st, pass(8, false, 5)),
+        Some(PassEnd::Rearm)
+    );
+    // A deferred poll that finds nothing re-arms.
+    assert_eq!(
+        end_of_pass(Moderation::Dim, &mut st, pass(0, false, 5)),
+        Some(PassEnd::Rearm)
+    );
+    // Hardware moderation: the device batches, software re-arms.
+    let hw = Pass {
+        hw_moderation: true,
+        ..pass(3, false, 5)
+    };
+    assert_eq!(
+        end_of_pass(Moderation::Dim, &mut st, hw),
+        Some(PassEnd::Rearm)
+    );
+}
+
+#[test]
+fn dim_profiles_match_ib_core() {
+    let want = [
+        (1, 1),
+        (1, 4),
+        (2, 4),
+        (2, 8),
+        (4, 8),
+        (16, 8),
+        (16, 16),
+        (32, 16),
+        (32, 32),
+    ];
+    for (i, (usec, comps)) in want.into_iter().enumerate() {
+        assert_eq!(profile(i as u8), Profile { usec, comps });
+    }
+    assert_eq!(
+        profile(200),
+        Profile {
+            usec: 32,
+            comps: 32
+        },
+        "clamped"
+    );
+}
+
+#[test]
+fn adaptive_switches_on_load_and_back_on_empty() {
+    let mut st = ModState::default();
+    let m = Moderation::Adaptive;
+    // Light load: interrupt mode.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(2, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    assert!(!st.polling);
+    // A pass that uses its budget: polling from now on.
+    assert_eq!(end_of_pass(m, &mut st, pass(256, true, 0)), None);
+    assert!(st.polling);
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(100, false, 0)),
+        Some(PassEnd::Poll)
+    );
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(1, false, 0)),
+        Some(PassEnd::Poll)
+    );
+    // Empty: back to interrupt mode, re-armed.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(0, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    assert!(!st.polling);
+    assert_eq!(st.switches, 2);
+    // DIM's profile can also say load is high.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(5, false, ADAPTIVE_POLL_PROFILE)),
+        Some(PassEnd::Poll)
+    );
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(5, false, ADAPTIVE_POLL_PROFILE - 1)),
+        Some(PassEnd::Poll)
+    );
+    assert_eq!(st.switches, 3);
+    // And a pass that fills an eighth of its budget.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(0, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(31, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(32, false, 0)),
+        Some(PassEnd::Poll)
+    );
+    assert_eq!(st.switches, 5);
+}
+
+#[test]
+fn adaptive_synthetic_load_sequence() {
+    // Bursty load: rising, sustained, then idle. Every switch is followed by the mode's action,
+    // and the mode always ends in interrupt mode once the load is gone.
+    let mut st = ModState::default();
+    let m = Moderation::Adaptive;
+    let seq: Vec<(u32, bool, u8)> = (0..3u8)
+        .map(|i| (i as u32 * 10, false, i))
+        .chain((0..50).map(|_| (256, true, 6)))
+        .chain((0..20).map(|i| (200 - i * 10, false, 6)))
+        .chain(std::iter::once((0, false, 6)))
+        .chain((0..10).map(|_| (1, false, 0)))
+        .collect();
+    for (completed, exhausted, ix) in seq {
+        let end = end_of_pass(m, &mut st, pass(completed, exhausted, ix));
+        match end {
+            None => assert!(exhausted),
+            Some(PassEnd::Poll) => assert!(st.polling),
+            Some(PassEnd::Rearm) => assert!(!st.polling),
+            Some(PassEnd::Defer { .. }) => panic!("adaptive never defers"),
+        }
+    }
+    assert!(!st.polling);
+    assert_eq!(
+        st.switches % 2,
+        0,
+        "every entry into polling has its way out"
+    );
+}
+
+#[test]
+fn modes_from_c_values() {
+    assert_eq!(Moderation::from_raw(0), Some(Moderation::None));
+    assert_eq!(Moderation::from_raw(1), Some(Moderation::Dim));
+    assert_eq!(Moderation::from_raw(2), Some(Moderation::Adaptive));
+    assert_eq!(Moderation::from_raw(3), None);
+}

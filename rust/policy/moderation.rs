@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Interrupt moderation policy: what the completion engine does at the end of a poll pass.
+//!
+//! The DIM *decision* (which profile) is the kernel's own `lib/dim` (`rdma_dim()`); this file
+//! only decides how a profile is applied where the device cannot apply it itself (rxe has no
+//! `modify_cq`), and when the adaptive mode switches between interrupt and polling mode.
+
+/// How a pooled CQ is moderated. CQs of different modes never share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Moderation {
+    /// Re-arm after every pass that ends under budget.
+    None,
+    /// DIM: `rdma_dim()` picks a profile; hardware applies it, or software defers re-arming.
+    Dim,
+    /// NAPI-like: interrupt mode until load is high, then polling without re-arming.
+    Adaptive,
+}
+
+impl Moderation {
+    /// Every mode, in the order of `enum ibext_moderation`.
+    pub(crate) const ALL: [Moderation; 3] =
+        [Moderation::None, Moderation::Dim, Moderation::Adaptive];
+
+    /// The mode for a C `enum ibext_moderation` value.
+    pub(crate) fn from_raw(v: u32) -> Option<Self> {
+        Self::ALL.get(v as usize).copied()
+    }
+
+    /// The name shown in debugfs.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Moderation::None => "none",
+            Moderation::Dim => "dim",
+            Moderation::Adaptive => "adaptive",
+        }
+    }
+}
+
+/// One DIM profile: raise an event after `comps` completions or `usec` microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Profile {
+    /// Microseconds.
+    pub(crate) usec: u16,
+    /// Completions.
+    pub(crate) comps: u16,
+}
+
+/// The RDMA DIM profiles, as ib_core's `rdma_dim_prof` (static in `drivers/infiniband/core/cq.c`
+/// on 6.12, so not reachable from a module): index 0 is the lowest moderation.
+pub(crate) const RDMA_DIM_PROFILES: [Profile; 9] = [
+    Profile { usec: 1, comps: 1 },
+    Profile { usec: 1, comps: 4 },
+    Profile { usec: 2, comps: 4 },
+    Profile { usec: 2, comps: 8 },
+    Profile { usec: 4, comps: 8 },
+    Profile { usec: 16, comps: 8 },
+    Profile {
+        usec: 16,
+        comps: 16,
+    },
+    Profile {
+        usec: 32,
+        comps: 16,
+    },
+    Profile {
+        usec: 32,
+        comps: 32,
+    },
+];
+
+/// Returns profile `ix`, clamped to the table.
+pub(crate) fn profile(ix: u8) -> Profile {
+    RDMA_DIM_PROFILES[(ix as usize).min(RDMA_DIM_PROFILES.len() - 1)]
+}
+
+/// The adaptive mode enters polling mode from this DIM profile up: from (2 usec, 8 comps),
+/// DIM has seen completions arrive in batches of 8 and more per event.
+pub(crate) const ADAPTIVE_POLL_PROFILE: u8 = 3;
+
+/// The adaptive mode also enters polling mode after a pass that filled this fraction of its
+/// budget (1/8: 32 completions in softirq context): completions then arrive faster than
+/// wakeups can follow, and each re-arm only buys an event that is due at once.
+pub(crate) const ADAPTIVE_POLL_BUDGET_DIV: u32 = 8;
+
+/// What the engine does once a pass that stayed under budget is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PassEnd {
+    /// Re-arm the CQ (and poll again if completions were missed).
+    Rearm,
+    /// Do not re-arm; poll again after `usec` microseconds (software moderation).
+    Defer {
+        /// Microseconds.
+        usec: u16,
+    },
+    /// Do not re-arm; poll again at once (polling mode).
+    Poll,
+}
+
+/// The moderation state the engine keeps between passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ModState {
+    /// Adaptive mode: in polling mode.
+    pub(crate) polling: bool,
+    /// Mode switches (adaptive), for debugfs and the tests.
+    pub(crate) switches: u64,
+}
+
+/// What one finished pass looked like.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pass {
+    /// Completions the pass handled.
+    pub(crate) completed: u32,
+    /// Whether it used its whole budget (the engine then polls again without re-arming,
+    /// whatever the mode).
+    pub(crate) exhausted: bool,
+    /// The pass's budget.
+    pub(crate) budget: u32,
+    /// The DIM profile index now.
+    pub(crate) profile_ix: u8,
+    /// Whether the device applies profiles itself (`modify_cq`).
+    pub(crate) hw_moderation: bool,
+}
+
+/// Decides what follows a pass; `None` if the pass used its whole budget (the engine stays in
+/// polling mode on its own). Updates the adaptive state.
+///
+/// - `None` mode re-arms.
+/// - `Dim` with hardware moderation re-arms (the device batches); in software, profile 0
+///   re-arms at once (depth-1 latency stays as without moderation), a pass that found nothing
+///   re-arms, and a pass that found fewer than the profile's `comps` completions defers the
+///   next poll by the profile's `usec` instead of re-arming.
+/// - `Adaptive` starts in interrupt mode (re-arm) and enters polling mode when a pass fills
+///   1/[`ADAPTIVE_POLL_BUDGET_DIV`] of its budget (or all of it) or DIM reaches
+///   [`ADAPTIVE_POLL_PROFILE`]; in polling mode it polls again at once without re-arming, and
+///   falls back to interrupt mode when a pass finds the CQ empty.
+pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Option<PassEnd> {
+    let heavy = pass.exhausted
+        || pass.completed >= pass.budget / ADAPTIVE_POLL_BUDGET_DIV
+        || pass.profile_ix >= ADAPTIVE_POLL_PROFILE;
+    if mode == Moderation::Adaptive && !st.polling && heavy {
+        st.polling = true;
+        st.switches += 1;
+    }
+    if pass.exhausted {
+        return None;
+    }
+    Some(match mode {
+        Moderation::None => PassEnd::Rearm,
+        Moderation::Dim => {
+            let p = profile(pass.profile_ix);
+            if pass.hw_moderation || pass.profile_ix == 0 || pass.completed == 0 {
+                PassEnd::Rearm
+            } else if pass.completed < u32::from(p.comps) {
+                PassEnd::Defer { usec: p.usec }
+            } else {
+                PassEnd::Rearm
+            }
+        }
+        Moderation::Adaptive => {
+            if st.polling && pass.completed == 0 {
+                st.polling = false;
+                st.switches += 1;
+            }
+            if st.polling {
+                PassEnd::Poll
+            } else {
+                PassEnd::Rearm
+            }
+        }
+    })
+}
