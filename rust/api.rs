@@ -7,7 +7,7 @@
 //! function, and turns its `Result` into an errno in one place.
 
 use crate::{
-    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device,
+    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device, legacy_dim,
     policy::moderation::Moderation, warn::warn_on_once,
 };
 use core::ptr::NonNull;
@@ -160,4 +160,77 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
         return;
     };
     state.cq_pools().put(cq, nr_cqe);
+}
+
+/// C entry point of `ibext_dim_attach()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ the caller owns.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_attach(cq: *mut bindings::ib_cq) -> c_int {
+    if cq.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `cq` is a live CQ the caller owns (the C contract).
+    match unsafe { legacy_dim::attach(cq) } {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// C entry point of `ibext_dim_sample()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ; not called concurrently with `ibext_dim_detach` on it.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_sample(cq: *mut bindings::ib_cq, ncompleted: c_uint) {
+    if warn_on_once!(cq.is_null(), "ibext_dim_sample: NULL CQ") {
+        return;
+    }
+    // SAFETY: The C contract.
+    unsafe { legacy_dim::sample(cq, ncompleted) };
+}
+
+/// C entry point of `ibext_dim_detach()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ whose sampling has stopped.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_detach(cq: *mut bindings::ib_cq) {
+    if warn_on_once!(cq.is_null(), "ibext_dim_detach: NULL CQ") {
+        return;
+    }
+    // SAFETY: The C contract.
+    unsafe { legacy_dim::detach(cq) };
+}
+
+/// C entry point of `ibext_dim_profile()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ; `usec` and `comps` are null or valid for writes.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_profile(
+    cq: *mut bindings::ib_cq,
+    usec: *mut c_uint,
+    comps: *mut c_uint,
+) -> c_int {
+    if cq.is_null() || usec.is_null() || comps.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `cq` is live (the C contract).
+    match unsafe { legacy_dim::profile(cq) } {
+        Ok((u, c)) => {
+            // SAFETY: Both are valid for writes (the C contract).
+            unsafe {
+                usec.write(u.into());
+                comps.write(c.into());
+            }
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
 }

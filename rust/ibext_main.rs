@@ -17,6 +17,7 @@ mod debugfs;
 mod device;
 mod ib;
 mod ledger;
+mod legacy_dim;
 mod policy;
 mod warn;
 

@@ -94,6 +94,11 @@ void ibext_shim_rcu_read_unlock(void)
 	rcu_read_unlock();
 }
 
+bool ibext_shim_cq_is_pooled(struct ib_cq *cq)
+{
+	return cq->shared;
+}
+
 void ibext_shim_init_work(struct work_struct *work, work_func_t func)
 {
 	INIT_WORK(work, func);
@@ -117,3 +122,7 @@ struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound)
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get_attr);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_put);
+EXPORT_SYMBOL_GPL(ibext_dim_attach);
+EXPORT_SYMBOL_GPL(ibext_dim_sample);
+EXPORT_SYMBOL_GPL(ibext_dim_detach);
+EXPORT_SYMBOL_GPL(ibext_dim_profile);

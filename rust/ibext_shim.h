@@ -37,6 +37,7 @@ void ibext_shim_warn(const char *file, int line, const char *msg);
 int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
 int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
+bool ibext_shim_cq_is_pooled(struct ib_cq *cq);
 
 /* hrtimer_init is a function, hrtimer_start an inline. */
 void ibext_shim_hrtimer_init(struct hrtimer *timer,

@@ -19,11 +19,18 @@ pub(crate) enum Kind {
     PooledCq = 1,
     /// A set of pooled CQs, one per completion vector, made when a pool grows.
     CqSet = 2,
+    /// DIM attached to a legacy ULP's own CQ.
+    LegacyDim = 3,
 }
 
 impl Kind {
     /// Every kind, in index order.
-    pub(crate) const ALL: [Kind; 3] = [Kind::DeviceState, Kind::PooledCq, Kind::CqSet];
+    pub(crate) const ALL: [Kind; 4] = [
+        Kind::DeviceState,
+        Kind::PooledCq,
+        Kind::CqSet,
+        Kind::LegacyDim,
+    ];
 
     /// The name shown in debugfs.
     pub(crate) fn name(self) -> &'static str {
@@ -31,6 +38,7 @@ impl Kind {
             Kind::DeviceState => "device_state",
             Kind::PooledCq => "pooled_cq",
             Kind::CqSet => "cq_set",
+            Kind::LegacyDim => "legacy_dim",
         }
     }
 }

@@ -101,4 +101,56 @@ struct ib_cq *ibext_cq_pool_get_attr(struct ib_device *dev,
  */
 void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
 
+/**
+ * ibext_dim_attach() - Attach DIM to a CQ a ULP made with ib_create_cq()
+ * @cq: the ULP's own CQ (not one of ibext's pooled CQs)
+ *
+ * For ULPs that own their CQs and poll them themselves.  After each poll
+ * loop the ULP calls ibext_dim_sample() with the completions it handled.
+ * ibext runs the kernel's rdma_dim() on the samples and applies a new profile
+ * with the device's modify_cq where it has one; elsewhere (rxe) the ULP reads
+ * the profile with ibext_dim_profile() and may defer its own re-arm.  The ULP
+ * calls ibext_dim_detach() before it destroys the CQ.
+ *
+ * Context: process context; may sleep.
+ * Return: 0; -EINVAL for a NULL @cq or a pooled one; -EBUSY if @cq already
+ * has DIM attached (ibext's or ib_core's); -ENOMEM.
+ */
+int ibext_dim_attach(struct ib_cq *cq);
+
+/**
+ * ibext_dim_sample() - Feed DIM the completions of one poll loop
+ * @cq: a CQ with ibext's DIM attached
+ * @ncompleted: completions the loop handled
+ *
+ * Called from the ULP's poll loop, one call at a time per CQ, never
+ * concurrently with ibext_dim_detach().  Without DIM attached it warns once
+ * and does nothing.
+ *
+ * Context: any context the ULP polls in; does not sleep.
+ */
+void ibext_dim_sample(struct ib_cq *cq, unsigned int ncompleted);
+
+/**
+ * ibext_dim_detach() - Detach and free DIM from a CQ
+ * @cq: a CQ with ibext's DIM attached
+ *
+ * Frees everything ibext_dim_attach() made.  Without DIM attached it warns
+ * once and does nothing.
+ *
+ * Context: process context; may sleep.
+ */
+void ibext_dim_detach(struct ib_cq *cq);
+
+/**
+ * ibext_dim_profile() - Read the DIM profile now in force
+ * @cq: a CQ with ibext's DIM attached
+ * @usec: the profile's period in microseconds
+ * @comps: the profile's completion count
+ *
+ * Context: any context; does not sleep.
+ * Return: 0; -EINVAL for a NULL argument or a CQ without ibext's DIM.
+ */
+int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps);
+
 #endif /* _RDMA_IBEXT_H */

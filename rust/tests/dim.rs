@@ -5,12 +5,16 @@
 
 use super::{guest::DeviceRef, stream::Stream, traffic::Loopback};
 use crate::{
-    api::PooledCq,
+    api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
     bindings, client,
     cq_engine::PollCtx,
     cq_pool::CqInfo,
-    kunit::{kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
+    ledger::{self, Kind},
+    legacy_dim,
     policy::moderation::Moderation,
+    policy::moderation::RDMA_DIM_PROFILES,
+    warn::expect_warnings,
 };
 use kernel::{c_str, prelude::*};
 
@@ -162,9 +166,126 @@ fn exactly_once_in_every_mode() -> TestResult {
     Ok(())
 }
 
+/// The legacy API on a CQ made with `ib_create_cq`, including every misuse.
+fn legacy_api_on_own_cq() -> TestResult {
+    let dev = DeviceRef::get(c_str!("rxe0"));
+    kassert!(dev.is_some(), "rxe0 is not registered");
+    let dev = dev.ok_or(Failed)?;
+    let attr = bindings::ib_cq_init_attr {
+        cqe: 64,
+        comp_vector: 0,
+        flags: 0,
+    };
+    // A legacy ULP's CQ: made with ib_create_cq, polled by the ULP itself.
+    // SAFETY: rxe0 is held; no handlers; `attr` and the name outlive the call.
+    let cq = kernel::error::from_err_ptr(unsafe {
+        bindings::__ib_create_cq(
+            dev.device().as_raw(),
+            None,
+            None,
+            core::ptr::null_mut(),
+            &attr,
+            c"ibext_test".as_ptr().cast(),
+        )
+    })?;
+    let r = legacy_checks(&dev, cq);
+    // SAFETY: Our CQ, with no QP and no DIM attached any more (detached by the checks, or
+    // below if they stopped early).
+    unsafe {
+        if legacy_dim::counters(cq).is_some() {
+            legacy_dim::detach(cq);
+        }
+        bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
+    }
+    r
+}
+
+fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
+    // Safe wrappers of the C entry points for this test: every CQ passed is our live CQ, a live
+    // pooled CQ, or null, and every out pointer is null or valid; the entry points accept all.
+    let attach = |c: *mut bindings::ib_cq| {
+        // SAFETY: See above.
+        unsafe { ibext_dim_attach(c) }
+    };
+    let sample = |c: *mut bindings::ib_cq, n: u32| {
+        // SAFETY: See above; the test samples from one thread and detaches after.
+        unsafe { ibext_dim_sample(c, n) }
+    };
+    let detach = |c: *mut bindings::ib_cq| {
+        // SAFETY: See above; sampling has stopped when the test detaches.
+        unsafe { ibext_dim_detach(c) }
+    };
+    let profile = |c: *mut bindings::ib_cq, u: *mut u32, k: *mut u32| {
+        // SAFETY: See above.
+        unsafe { ibext_dim_profile(c, u, k) }
+    };
+    let counters = || {
+        // SAFETY: `cq` is our live CQ.
+        unsafe { legacy_dim::counters(cq) }
+    };
+    let null = core::ptr::null_mut();
+    let einval = EINVAL.to_errno();
+    let (mut usec, mut comps) = (0u32, 0u32);
+    let live = ledger::counts(Kind::LegacyDim).live();
+
+    kassert_eq!(profile(cq, &mut usec, &mut comps), einval);
+    bad_input_ok("dim_profile.not_attached");
+    kassert_eq!(expect_warnings(|| sample(cq, 4)), 1);
+    bad_input_ok("dim_sample.not_attached");
+    kassert_eq!(expect_warnings(|| detach(cq)), 1);
+    bad_input_ok("dim_detach.not_attached");
+    kassert_eq!(attach(null), einval);
+    bad_input_ok("dim_attach.null");
+    kassert_eq!(expect_warnings(|| sample(null, 1)), 1);
+    bad_input_ok("dim_sample.null");
+    kassert_eq!(expect_warnings(|| detach(null)), 1);
+    bad_input_ok("dim_detach.null");
+    let pooled = PooledCq::get(dev.device(), 4, 0, PollCtx::Softirq, Moderation::Dim)?;
+    kassert_eq!(attach(pooled.as_raw()), einval);
+    bad_input_ok("dim_attach.pooled");
+    kassert_eq!(ledger::counts(Kind::LegacyDim).live(), live);
+
+    kassert_eq!(attach(cq), 0);
+    kassert_eq!(ledger::counts(Kind::LegacyDim).live(), live + 1);
+    kassert_eq!(attach(cq), EBUSY.to_errno());
+    bad_input_ok("dim_attach.twice");
+    kassert_eq!(profile(cq, null.cast(), &mut comps), einval);
+    kassert_eq!(profile(null, &mut usec, &mut comps), einval);
+    bad_input_ok("dim_profile.null");
+
+    // A ULP's poll loops: samples of rising size, with time passing between them, so that
+    // lib/dim measures (it decides every 64 samples).
+    for i in 0..1024u32 {
+        sample(cq, 1 + i / 32);
+        if i % 16 == 0 {
+            // SAFETY: FFI call in process context.
+            unsafe { bindings::msleep(1) };
+        }
+    }
+    kassert_eq!(counters().map(|c| c.0), Some(1024));
+    kassert_eq!(profile(cq, &mut usec, &mut comps), 0);
+    let in_table = RDMA_DIM_PROFILES
+        .iter()
+        .any(|p| u32::from(p.usec) == usec && u32::from(p.comps) == comps);
+    kassert!(in_table, "({}, {}) is not a DIM profile", usec, comps);
+    pr_info!(
+        "dim: legacy CQ after 1024 samples: profile ({} usec, {} comps), {} profile changes\n",
+        usec,
+        comps,
+        counters().map_or(0, |c| c.1)
+    );
+
+    detach(cq);
+    kassert_eq!(ledger::counts(Kind::LegacyDim).live(), live);
+    kassert!(counters().is_none());
+    drop(pooled);
+    Ok(())
+}
+
 kunit_suite!(
     ibext_dim,
     [
+        legacy_api_on_own_cq,
         dim_rises_under_load,
         adaptive_switches,
         exactly_once_in_every_mode,
