@@ -18,8 +18,9 @@
 //! switches between interrupt mode and polling mode.
 //!
 //! Teardown: a CQ is marked dying and the handlers that may not have seen the mark are waited
-//! for (they run inside `rcu_read_lock()`), then the poller is disabled or cancelled, and only
-//! then is the CQ destroyed.
+//! for (they run inside `rcu_read_lock()`); then the poller is disabled or cancelled, the
+//! moderation timer (whose callback schedules nothing once the CQ is dying) and DIM's work are
+//! cancelled, and only then is the CQ destroyed.
 
 use crate::{
     bindings,
