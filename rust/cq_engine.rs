@@ -23,7 +23,7 @@
 //! cancelled, and only then is the CQ destroyed.
 
 use crate::{
-    bindings,
+    bindings, dim,
     ib::Device,
     ledger::{Kind, Token},
     policy::moderation::{self, ModState, Moderation, Pass, PassEnd},
@@ -216,8 +216,7 @@ impl CqEngine {
 
     /// Returns the current DIM profile index (0 without DIM).
     pub(crate) fn profile_ix(&self) -> u8 {
-        // SAFETY: `dim` is initialized; a racy read of a `u8` the poller writes is only shown.
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.dim.get()).profile_ix)) }
+        dim::profile_ix(&self.dim)
     }
 
     /// Feeds DIM one sample for a finished pass and decides what follows it (`None`: the pass
@@ -298,32 +297,15 @@ impl CqEngine {
     ///
     /// Called by the workqueue only, with the `work` of an engine's `dim`.
     unsafe extern "C" fn dim_work_fn(work: *mut bindings::work_struct) {
-        let off = core::mem::offset_of!(bindings::dim, work);
         // SAFETY: `work` is the `work` field of the `dim` field of a live engine.
-        let engine = unsafe {
-            let dim = work.cast::<u8>().sub(off).cast::<bindings::dim>();
-            &*kernel::container_of!(dim, Self, dim)
-        };
-        let ix = engine.profile_ix();
-        let p = moderation::profile(ix);
+        let engine = unsafe { &*kernel::container_of!(dim::dim_of_work(work), Self, dim) };
+        // SAFETY: The CQ is alive: this work is cancelled before the CQ is destroyed.
+        let ix = unsafe { dim::apply_profile(&engine.dim, engine.cq(), engine.hw_moderation) };
         engine.stats.profile_changes.fetch_add(1, Ordering::Relaxed);
         engine
             .stats
             .profile_max
             .fetch_max(u64::from(ix), Ordering::Relaxed);
-        if engine.hw_moderation {
-            // SAFETY: The CQ is alive: this work is cancelled before the CQ is destroyed.
-            unsafe { bindings::rdma_set_cq_moderation(engine.cq(), p.comps, p.usec) };
-        }
-        // Software moderation reads the profile at the end of each pass. Measure afresh, as
-        // upstream's `ib_cq_rdma_dim_work` does.
-        // SAFETY: `dim` is initialized; `state` is a `u8` lib/dim reads racily by design.
-        unsafe {
-            core::ptr::write_volatile(
-                core::ptr::addr_of_mut!((*engine.dim.get()).state),
-                bindings::dim_state_DIM_START_MEASURE as u8,
-            )
-        };
     }
 
     /// Polls up to `budget` completions and dispatches them; returns how many.
@@ -486,22 +468,7 @@ impl CqEngine {
                     unsafe { bindings::ibext_shim_init_work(p, Some(Self::work_fn)) }
                 }),
                 wc: Opaque::uninit(),
-                dim <- Opaque::ffi_init(|p: *mut bindings::dim| {
-                    // SAFETY: `p` is valid for writes. This is upstream's `rdma_dim_init`,
-                    // except that `priv` is unused (the work finds the engine by its address).
-                    unsafe {
-                        p.write(bindings::dim {
-                            state: bindings::dim_state_DIM_START_MEASURE as u8,
-                            tune_state: bindings::dim_tune_state_DIM_GOING_RIGHT as u8,
-                            profile_ix: 0,
-                            ..Default::default()
-                        });
-                        bindings::ibext_shim_init_work(
-                            core::ptr::addr_of_mut!((*p).work),
-                            Some(Self::dim_work_fn),
-                        );
-                    }
-                }),
+                dim <- dim::new_dim(Self::dim_work_fn),
                 timer <- Opaque::ffi_init(|p: *mut bindings::hrtimer| {
                     // SAFETY: `p` is valid for writes.
                     unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }

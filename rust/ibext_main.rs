@@ -15,6 +15,7 @@ mod cq_engine;
 mod cq_pool;
 mod debugfs;
 mod device;
+mod dim;
 mod ib;
 mod ledger;
 mod legacy_dim;

@@ -13,7 +13,7 @@
 //! by its `priv`, which points back to the state itself.
 
 use crate::{
-    bindings,
+    bindings, dim,
     ib::Device,
     ledger::{Kind, Token},
     policy::moderation,
@@ -54,29 +54,12 @@ impl LegacyDim {
     ///
     /// Called by the workqueue only, with the `work` of a `LegacyDim`'s `dim`.
     unsafe extern "C" fn work_fn(work: *mut bindings::work_struct) {
-        let off = core::mem::offset_of!(bindings::dim, work);
         // SAFETY: `work` is the `work` field of the `dim` field of a live `LegacyDim`: the
         // work is cancelled before the state is freed.
-        let this = unsafe {
-            let dim = work.cast::<u8>().sub(off).cast::<bindings::dim>();
-            &*kernel::container_of!(dim, Self, dim)
-        };
-        let dim = this.dim.get();
-        // SAFETY: `dim` is initialized; lib/dim reads and writes these `u8`s racily by design.
-        let ix = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*dim).profile_ix)) };
-        let p = moderation::profile(ix);
+        let this = unsafe { &*kernel::container_of!(dim::dim_of_work(work), Self, dim) };
+        // SAFETY: The CQ is alive while attached (type invariant).
+        unsafe { dim::apply_profile(&this.dim, this.cq, this.hw_moderation) };
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
-        if this.hw_moderation {
-            // SAFETY: The CQ is alive while attached (type invariant).
-            unsafe { bindings::rdma_set_cq_moderation(this.cq, p.comps, p.usec) };
-        }
-        // SAFETY: As above.
-        unsafe {
-            core::ptr::write_volatile(
-                core::ptr::addr_of_mut!((*dim).state),
-                bindings::dim_state_DIM_START_MEASURE as u8,
-            )
-        };
     }
 }
 
@@ -135,21 +118,7 @@ pub(crate) unsafe fn attach(cq: *mut bindings::ib_cq) -> Result {
     }
     let state = KBox::pin_init(
         pin_init!(LegacyDim {
-            dim <- Opaque::ffi_init(|p: *mut bindings::dim| {
-                // SAFETY: `p` is valid for writes; as upstream's `rdma_dim_init`.
-                unsafe {
-                    p.write(bindings::dim {
-                        state: bindings::dim_state_DIM_START_MEASURE as u8,
-                        tune_state: bindings::dim_tune_state_DIM_GOING_RIGHT as u8,
-                        profile_ix: 0,
-                        ..Default::default()
-                    });
-                    bindings::ibext_shim_init_work(
-                        core::ptr::addr_of_mut!((*p).work),
-                        Some(LegacyDim::work_fn),
-                    );
-                }
-            }),
+            dim <- dim::new_dim(LegacyDim::work_fn),
             cq,
             hw_moderation: dev.has_modify_cq(),
             samples: AtomicU64::new(0),
@@ -233,10 +202,7 @@ pub(crate) unsafe fn detach(cq: *mut bindings::ib_cq) {
 pub(crate) unsafe fn profile(cq: *mut bindings::ib_cq) -> Result<(u16, u16)> {
     // SAFETY: Caller contract.
     let state = unsafe { state_of(cq) }.ok_or(EINVAL)?;
-    // SAFETY: `dim` is initialized; a racy read of a `u8` the sampler writes.
-    let ix =
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*state.dim.get()).profile_ix)) };
-    let p = moderation::profile(ix);
+    let p = moderation::profile(dim::profile_ix(&state.dim));
     Ok((p.usec, p.comps))
 }
 
