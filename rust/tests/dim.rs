@@ -282,10 +282,88 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
     Ok(())
 }
 
+/// A legacy ULP: QPs on its own `ib_create_cq` CQ, which it polls itself and dispatches, with
+/// ibext's DIM attached and sampled after every poll loop; every completion still arrives
+/// exactly once.
+fn legacy_ulp_traffic() -> TestResult {
+    const QPS: usize = 4;
+    const DEPTH: usize = 16;
+    let dev = DeviceRef::get(c_str!("rxe0"));
+    kassert!(dev.is_some(), "rxe0 is not registered");
+    let dev = dev.ok_or(Failed)?;
+    let attr = bindings::ib_cq_init_attr {
+        cqe: (4 * QPS * DEPTH) as u32,
+        comp_vector: 0,
+        flags: 0,
+    };
+    // SAFETY: rxe0 is held; no handlers (the ULP polls); `attr` and the name outlive the call.
+    let cq = kernel::error::from_err_ptr(unsafe {
+        bindings::__ib_create_cq(
+            dev.device().as_raw(),
+            None,
+            None,
+            core::ptr::null_mut(),
+            &attr,
+            c"ibext_test".as_ptr().cast(),
+        )
+    })?;
+    let r = (|| -> TestResult {
+        // SAFETY: `cq` is our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        let raw = [(cq, cq); QPS];
+        let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
+        let mut wcs: [bindings::ib_wc; 16] = Default::default();
+        // The ULP's poll loop: poll a batch, dispatch it, sample DIM.
+        let mut poll = || {
+            // SAFETY: `cq` is live and `wcs` holds 16 entries.
+            let n = unsafe { bindings::ibext_shim_poll_cq(cq, 16, wcs.as_mut_ptr()) };
+            let n = u32::try_from(n).unwrap_or(0);
+            for wc in wcs.iter_mut().take(n as usize) {
+                // SAFETY: A completion of the loopback's work requests: its `wr_cqe` is a live
+                // context whose `done` expects this CQ and completion.
+                unsafe {
+                    let cqe = wc.__bindgen_anon_1.wr_cqe;
+                    if let Some(done) = (*cqe).done {
+                        done(cq, wc);
+                    }
+                }
+            }
+            // SAFETY: `cq` has ibext's DIM attached; one sampler.
+            unsafe { ibext_dim_sample(cq, n) };
+            if n == 0 {
+                // SAFETY: FFI call in process context.
+                unsafe { bindings::msleep(1) };
+            }
+        };
+        for round in 0..8u32 {
+            let res = lb.round_polled(round, round % 2 == 1, 20_000, &mut poll);
+            kassert!(res.is_ok(), "legacy round {}: {:?}", round, res);
+        }
+        drop(lb);
+        // SAFETY: `cq` is our live CQ.
+        let samples = unsafe { legacy_dim::counters(cq) }.map_or(0, |c| c.0);
+        kassert!(samples > 0);
+        pr_info!(
+            "dim: legacy ULP loop: {} samples over 8 checked rounds\n",
+            samples
+        );
+        Ok(())
+    })();
+    // SAFETY: Our CQ; its QPs are destroyed; DIM detached here if still attached.
+    unsafe {
+        if legacy_dim::counters(cq).is_some() {
+            legacy_dim::detach(cq);
+        }
+        bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
+    }
+    r
+}
+
 kunit_suite!(
     ibext_dim,
     [
         legacy_api_on_own_cq,
+        legacy_ulp_traffic,
         dim_rises_under_load,
         adaptive_switches,
         exactly_once_in_every_mode,

@@ -234,6 +234,21 @@ impl Loopback {
         write_imm: bool,
         timeout_ms: u32,
     ) -> core::result::Result<(), &'static str> {
+        self.round_polled(round, write_imm, timeout_ms, &mut || {
+            // SAFETY: FFI call; tests run in process context.
+            unsafe { bindings::msleep(1) }
+        })
+    }
+
+    /// [`Loopback::round`], calling `wait` while completions are outstanding: a test of a
+    /// legacy ULP polls its own CQ there; `wait` should take about a millisecond.
+    pub(crate) fn round_polled(
+        &mut self,
+        round: u32,
+        write_imm: bool,
+        timeout_ms: u32,
+        wait: &mut dyn FnMut(),
+    ) -> core::result::Result<(), &'static str> {
         let before = self.shared.completions.load(Ordering::Acquire);
         let errors = self.shared.errors.load(Ordering::Acquire);
         let depth = self.depth;
@@ -302,8 +317,7 @@ impl Loopback {
             if waited >= timeout_ms {
                 return Err("completions missing after the timeout");
             }
-            // SAFETY: FFI call; tests run in process context.
-            unsafe { bindings::msleep(1) };
+            wait();
             waited += 1;
         }
         if self.shared.completions.load(Ordering::Acquire) != want {
