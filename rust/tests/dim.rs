@@ -168,15 +168,24 @@ fn exactly_once_in_every_mode() -> TestResult {
 
 /// The legacy API on a CQ made with `ib_create_cq`, including every misuse.
 fn legacy_api_on_own_cq() -> TestResult {
+    with_legacy_cq(64, legacy_checks)
+}
+
+/// Runs `f` on rxe0 with a legacy ULP's CQ of `cqe` entries: made with `ib_create_cq`, no
+/// handlers (the ULP polls it itself). Afterwards detaches ibext's DIM if `f` left it attached,
+/// and destroys the CQ.
+fn with_legacy_cq(
+    cqe: u32,
+    f: impl FnOnce(&DeviceRef, *mut bindings::ib_cq) -> TestResult,
+) -> TestResult {
     let dev = DeviceRef::get(c_str!("rxe0"));
     kassert!(dev.is_some(), "rxe0 is not registered");
     let dev = dev.ok_or(Failed)?;
     let attr = bindings::ib_cq_init_attr {
-        cqe: 64,
+        cqe,
         comp_vector: 0,
         flags: 0,
     };
-    // A legacy ULP's CQ: made with ib_create_cq, polled by the ULP itself.
     // SAFETY: rxe0 is held; no handlers; `attr` and the name outlive the call.
     let cq = kernel::error::from_err_ptr(unsafe {
         bindings::__ib_create_cq(
@@ -188,9 +197,8 @@ fn legacy_api_on_own_cq() -> TestResult {
             c"ibext_test".as_ptr().cast(),
         )
     })?;
-    let r = legacy_checks(&dev, cq);
-    // SAFETY: Our CQ, with no QP and no DIM attached any more (detached by the checks, or
-    // below if they stopped early).
+    let r = f(&dev, cq);
+    // SAFETY: Our CQ, whose QPs `f` destroyed; DIM detached here if `f` stopped early.
     unsafe {
         if legacy_dim::counters(cq).is_some() {
             legacy_dim::detach(cq);
@@ -288,26 +296,7 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
 fn legacy_ulp_traffic() -> TestResult {
     const QPS: usize = 4;
     const DEPTH: usize = 16;
-    let dev = DeviceRef::get(c_str!("rxe0"));
-    kassert!(dev.is_some(), "rxe0 is not registered");
-    let dev = dev.ok_or(Failed)?;
-    let attr = bindings::ib_cq_init_attr {
-        cqe: (4 * QPS * DEPTH) as u32,
-        comp_vector: 0,
-        flags: 0,
-    };
-    // SAFETY: rxe0 is held; no handlers (the ULP polls); `attr` and the name outlive the call.
-    let cq = kernel::error::from_err_ptr(unsafe {
-        bindings::__ib_create_cq(
-            dev.device().as_raw(),
-            None,
-            None,
-            core::ptr::null_mut(),
-            &attr,
-            c"ibext_test".as_ptr().cast(),
-        )
-    })?;
-    let r = (|| -> TestResult {
+    with_legacy_cq((4 * QPS * DEPTH) as u32, |dev, cq| {
         // SAFETY: `cq` is our live CQ.
         kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
         let raw = [(cq, cq); QPS];
@@ -348,15 +337,7 @@ fn legacy_ulp_traffic() -> TestResult {
             samples
         );
         Ok(())
-    })();
-    // SAFETY: Our CQ; its QPs are destroyed; DIM detached here if still attached.
-    unsafe {
-        if legacy_dim::counters(cq).is_some() {
-            legacy_dim::detach(cq);
-        }
-        bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
-    }
-    r
+    })
 }
 
 kunit_suite!(
