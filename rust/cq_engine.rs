@@ -163,6 +163,32 @@ pub(crate) struct CqStats {
     pub(crate) mode_switches: AtomicU64,
 }
 
+/// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
+/// benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CqSnapshot {
+    /// See [`CqStats::events`].
+    pub(crate) events: u64,
+    /// See [`CqStats::passes`].
+    pub(crate) passes: u64,
+    /// See [`CqStats::completions`].
+    pub(crate) completions: u64,
+    /// See [`CqStats::budget_exhausted`].
+    pub(crate) budget_exhausted: u64,
+    /// See [`CqStats::samples`].
+    pub(crate) samples: u64,
+    /// See [`CqStats::profile_changes`].
+    pub(crate) profile_changes: u64,
+    /// See [`CqStats::profile_max`].
+    pub(crate) profile_max: u64,
+    /// See [`CqStats::deferred_polls`].
+    pub(crate) deferred_polls: u64,
+    /// See [`CqStats::mode_switches`].
+    pub(crate) mode_switches: u64,
+    /// The DIM profile index now.
+    pub(crate) profile_ix: u8,
+}
+
 /// A pooled CQ's engine: its poller, its completion buffer and its counters.
 ///
 /// # Invariants
@@ -191,7 +217,7 @@ pub(crate) struct CqEngine {
     #[pin]
     timer: Opaque<bindings::hrtimer>,
     modstate: Opaque<ModState>,
-    pub(crate) stats: CqStats,
+    stats: CqStats,
     dying: AtomicBool,
     _token: Token,
     #[pin]
@@ -212,6 +238,24 @@ impl CqEngine {
     /// Returns the CQ's moderation mode.
     pub(crate) fn moderation(&self) -> Moderation {
         self.moderation
+    }
+
+    /// Returns a snapshot of the counters and the DIM profile.
+    pub(crate) fn snapshot(&self) -> CqSnapshot {
+        let st = &self.stats;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CqSnapshot {
+            events: get(&st.events),
+            passes: get(&st.passes),
+            completions: get(&st.completions),
+            budget_exhausted: get(&st.budget_exhausted),
+            samples: get(&st.samples),
+            profile_changes: get(&st.profile_changes),
+            profile_max: get(&st.profile_max),
+            deferred_polls: get(&st.deferred_polls),
+            mode_switches: get(&st.mode_switches),
+            profile_ix: self.profile_ix(),
+        }
     }
 
     /// Returns the current DIM profile index (0 without DIM).

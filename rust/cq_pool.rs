@@ -16,7 +16,7 @@
 
 use crate::{
     bindings,
-    cq_engine::{self, CqEngine, OwnedCq, PollCtx},
+    cq_engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
     debugfs::{SeqFile, Show},
     ib::Device,
     ledger::{Kind, Token},
@@ -220,7 +220,7 @@ impl CqPool {
         let inner = self.inner.lock();
         for slot in inner.slots() {
             let Some(e) = slot.cq.engine() else { continue };
-            let st = &e.stats;
+            let st = e.snapshot();
             writeln!(
                 m,
                 "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
@@ -230,17 +230,17 @@ impl CqPool {
                 slot.vector,
                 slot.capacity,
                 slot.used,
-                st.events.load(Ordering::Relaxed),
-                st.passes.load(Ordering::Relaxed),
-                st.completions.load(Ordering::Relaxed),
-                st.budget_exhausted.load(Ordering::Relaxed),
+                st.events,
+                st.passes,
+                st.completions,
+                st.budget_exhausted,
                 e.moderation().name(),
-                e.profile_ix(),
-                st.profile_max.load(Ordering::Relaxed),
-                st.profile_changes.load(Ordering::Relaxed),
-                st.samples.load(Ordering::Relaxed),
-                st.deferred_polls.load(Ordering::Relaxed),
-                st.mode_switches.load(Ordering::Relaxed),
+                st.profile_ix,
+                st.profile_max,
+                st.profile_changes,
+                st.samples,
+                st.deferred_polls,
+                st.mode_switches,
             )?;
         }
         Ok(())
@@ -249,25 +249,6 @@ impl CqPool {
 
 /// Number of pools per device: one per poll context and moderation mode.
 const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
-
-/// What the tests and the benchmarks read of one pooled CQ.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CqInfo {
-    /// Completion events.
-    pub(crate) events: u64,
-    /// Completions dispatched.
-    pub(crate) completions: u64,
-    /// The DIM profile index now.
-    pub(crate) profile_ix: u8,
-    /// The highest DIM profile index applied so far.
-    pub(crate) profile_max: u64,
-    /// DIM profile changes.
-    pub(crate) profile_changes: u64,
-    /// Deferred polls (software moderation).
-    pub(crate) deferred_polls: u64,
-    /// Adaptive mode switches.
-    pub(crate) mode_switches: u64,
-}
 
 /// Every CQ pool of one device, one per poll context and moderation mode (CQs of different
 /// modes never share), and the device's round-robin counter.
@@ -376,20 +357,9 @@ impl CqPools {
         not(ibext_kunit),
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
-    pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqInfo> {
-        self.with_slot(cq, |s| {
-            let mut info = CqInfo::default();
-            if let Some(e) = s.cq.engine() {
-                info.events = e.stats.events.load(Ordering::Relaxed);
-                info.completions = e.stats.completions.load(Ordering::Relaxed);
-                info.profile_ix = e.profile_ix();
-                info.profile_max = e.stats.profile_max.load(Ordering::Relaxed);
-                info.profile_changes = e.stats.profile_changes.load(Ordering::Relaxed);
-                info.deferred_polls = e.stats.deferred_polls.load(Ordering::Relaxed);
-                info.mode_switches = e.stats.mode_switches.load(Ordering::Relaxed);
-            }
-            info
-        })
+    pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqSnapshot> {
+        self.with_slot(cq, |s| s.cq.engine().map(CqEngine::snapshot))
+            .flatten()
     }
 
     /// Returns the entries in use on every pooled CQ together.

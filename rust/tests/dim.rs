@@ -7,8 +7,7 @@ use super::{guest::DeviceRef, stream::Stream, traffic::Loopback};
 use crate::{
     api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
     bindings, client,
-    cq_engine::PollCtx,
-    cq_pool::CqInfo,
+    cq_engine::{CqSnapshot, PollCtx},
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
@@ -66,7 +65,7 @@ fn stream(
             distinct.push(cq, GFP_KERNEL)?;
         }
     }
-    let snapshot = |cqs: &KVec<*mut bindings::ib_cq>| -> KVec<CqInfo> {
+    let snapshot = |cqs: &KVec<*mut bindings::ib_cq>| -> KVec<CqSnapshot> {
         let mut v = KVec::new();
         for &cq in cqs.iter() {
             let _ = v.push(state.cq_pools().info(cq).unwrap_or_default(), GFP_KERNEL);
