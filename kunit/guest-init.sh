@@ -83,7 +83,23 @@ setup() {
 	for i in 0 1 2 3; do ip link set veth$i up || return 1; done
 	# rxe asks the crypto API for "crc32" at link time: not a symbol dependency.
 	modprobe crc32_generic && modprobe rdma_rxe || return 1
+	populate_gids || return 1
 	$RXE_ADD0 && $RXE_ADD1
+}
+
+# Nearly fill rxe0's GID table (1024 entries) for the GID index tests and
+# benchmarks: rxe has RoCE v2 GIDs only, so each IPv6 address of veth0 is one
+# entry, after the default GID: 1 + 993 = 994 entries, which leaves room for
+# the addresses the tests add and remove (at most 12 at a time). rxe1 keeps a
+# small table.
+GID_ADDRS=993
+populate_gids() {
+	i=1
+	while [ $i -le $GID_ADDRS ]; do
+		printf 'addr add 2001:db8:1::%x/64 dev veth0\n' $i
+		i=$((i + 1))
+	done > /tmp/gid-addrs
+	ip -6 -batch /tmp/gid-addrs
 }
 
 cpus_match() { [ "$(grep -c ^processor /proc/cpuinfo)" = "$SMP" ]; }

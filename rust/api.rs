@@ -7,8 +7,14 @@
 //! function, and turns its `Result` into an errno in one place.
 
 use crate::{
-    bindings, client, cq_engine::PollCtx, device::DeviceState, ib::Device, legacy_dim,
-    policy::moderation::Moderation, warn::warn_on_once,
+    bindings, client,
+    cq_engine::PollCtx,
+    device::DeviceState,
+    gid_index::{self, GidAttr},
+    ib::Device,
+    legacy_dim,
+    policy::{gid_index::GidKey, moderation::Moderation},
+    warn::warn_on_once,
 };
 use core::ptr::NonNull;
 use kernel::{
@@ -160,6 +166,70 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
         return;
     };
     state.cq_pools().put(cq, nr_cqe);
+}
+
+/// The checks of `ibext_find_gid*`, then the lookup.
+fn find_gid(
+    dev: *mut bindings::ib_device,
+    gid: *const bindings::ib_gid,
+    gid_type: bindings::ib_gid_type,
+    port: Option<u32>,
+    ndev: *mut bindings::net_device,
+) -> Result<GidAttr> {
+    if dev.is_null() || gid.is_null() || gid_type >= bindings::ib_gid_type_IB_GID_TYPE_SIZE {
+        return Err(EINVAL);
+    }
+    // SAFETY: A non-null `dev` from a caller is a registered device it may use (the C contract).
+    let dev = unsafe { Device::from_raw(dev) };
+    if let Some(p) = port {
+        if !dev.port_valid(p) {
+            return Err(EINVAL);
+        }
+    }
+    let key = GidKey {
+        // SAFETY: `gid` is valid for reads (the C contract); any bit pattern is a valid array.
+        gid: unsafe { (*gid).raw },
+        gid_type,
+    };
+    gid_index::find(dev, &key, port, ndev)
+}
+
+/// C entry point of `ibext_find_gid()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `dev` is null or a registered device the caller may use; `gid` is null or valid for reads;
+/// `ndev` is only compared.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_find_gid(
+    dev: *mut bindings::ib_device,
+    gid: *const bindings::ib_gid,
+    gid_type: bindings::ib_gid_type,
+    ndev: *mut bindings::net_device,
+) -> *const bindings::ib_gid_attr {
+    match find_gid(dev, gid, gid_type, None, ndev) {
+        Ok(attr) => attr.into_raw(),
+        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
+    }
+}
+
+/// C entry point of `ibext_find_gid_by_port()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// As for [`ibext_find_gid`].
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_find_gid_by_port(
+    dev: *mut bindings::ib_device,
+    gid: *const bindings::ib_gid,
+    gid_type: bindings::ib_gid_type,
+    port: u32,
+    ndev: *mut bindings::net_device,
+) -> *const bindings::ib_gid_attr {
+    match find_gid(dev, gid, gid_type, Some(port), ndev) {
+        Ok(attr) => attr.into_raw(),
+        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
+    }
 }
 
 /// C entry point of `ibext_dim_attach()`; see `include/rdma/ibext.h`.

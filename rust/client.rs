@@ -17,7 +17,7 @@ use kernel::{
     error::{from_result, to_result},
     ffi::c_int,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, ArcBorrow},
     types::{ForeignOwnable, Opaque},
 };
 
@@ -91,6 +91,25 @@ pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
     // stays valid until `remove_one`, which the caller's use of `dev` precedes.
     let borrowed = unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) };
     Some(borrowed.into())
+}
+
+/// Returns ibext's state for `dev` without taking a reference, for hot paths that may run in
+/// atomic context (GID lookups): no shared counter is touched, and the caller can never drop the
+/// last reference.
+///
+/// Valid for as long as `dev` is, as for [`device_state`].
+pub(crate) fn device_state_borrow(dev: &Device) -> Option<ArcBorrow<'_, DeviceState>> {
+    if !REGISTERED.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: `dev` is registered (invariant of `Device`) and `CLIENT` is registered.
+    let data = unsafe { bindings::ibext_shim_get_client_data(dev.as_raw(), CLIENT.0.get()) };
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: As in `device_state`: the client data stays valid while the caller may use `dev`,
+    // which the returned borrow's lifetime is tied to.
+    Some(unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) })
 }
 
 /// The client's `add`.

@@ -11,6 +11,7 @@
 use crate::{
     cq_pool::CqPools,
     debugfs::{Dir, SeqFile, Show, ShowFile},
+    gid_index::GidIndex,
     ib::Device,
     ledger::{Kind, Token},
 };
@@ -72,6 +73,10 @@ pub(crate) struct DeviceState {
     cq_pools: CqPools,
     #[pin]
     cq_pools_file: ShowFile<CqPools>,
+    #[pin]
+    gid_index: GidIndex,
+    #[pin]
+    gid_index_file: ShowFile<GidIndex>,
     _token: Token,
 }
 
@@ -87,6 +92,7 @@ impl DeviceState {
         let name = DevName::new(dev.name());
         let comp_vectors = dev.usable_comp_vectors();
         let raw = NonNull::from(dev).cast();
+        let gid_index = GidIndex::new(dev)?;
         let state = Arc::pin_init(
             pin_init!(Self {
                 dev: raw,
@@ -95,10 +101,14 @@ impl DeviceState {
                 state_file <- ShowFile::new(),
                 cq_pools <- CqPools::new(),
                 cq_pools_file <- ShowFile::new(),
+                gid_index <- gid_index,
+                gid_index_file <- ShowFile::new(),
                 _token: Token::new(Kind::DeviceState),
             }),
             GFP_KERNEL,
         )?;
+        // Registers for GID change events and builds the mirror; undone by dropping `state`.
+        state.gid_index.start()?;
 
         let dir = Dir::new_in_root(name.as_cstr());
         // SAFETY: The contents of an `Arc` never move, so `state_file` is pinned, and it lives as
@@ -111,6 +121,11 @@ impl DeviceState {
                 &dir,
                 &state.cq_pools,
             );
+            Pin::new_unchecked(&state.gid_index_file).create(
+                c_str!("gid_index"),
+                &dir,
+                &state.gid_index,
+            );
         }
         state.inner.lock().dir = Some(dir);
         pr_debug!("attached to {}\n", name.as_cstr());
@@ -122,6 +137,9 @@ impl DeviceState {
         // Pooled CQs were made last (lazily, after `add`): they go first. ULPs registered after
         // ibext have already been removed from this device, so nothing uses them any more.
         self.cq_pools.destroy_all(dev);
+        // No rescan runs or starts after this; lookups (none from ULPs, which are gone) would
+        // still be answered, with misses falling back to ib_core.
+        self.gid_index.stop();
         // Dropped outside the lock: removal waits for readers, which may be in `show`.
         let dir = self.inner.lock().dir.take();
         drop(dir);
@@ -153,6 +171,11 @@ impl DeviceState {
     /// Returns the device's CQ pools.
     pub(crate) fn cq_pools(&self) -> &CqPools {
         &self.cq_pools
+    }
+
+    /// Returns the device's GID index.
+    pub(crate) fn gid_index(&self) -> &GidIndex {
+        &self.gid_index
     }
 
     /// Returns whether `name` is the device's name as ibext last saw it.

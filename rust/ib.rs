@@ -82,4 +82,10 @@ impl Device {
         let cpus = unsafe { bindings::ibext_shim_num_online_cpus() };
         self.num_comp_vectors().min(cpus).max(1)
     }
+
+    /// Returns whether `port` is one of the device's ports (`rdma_is_port_valid`).
+    pub(crate) fn port_valid(&self, port: u32) -> bool {
+        // SAFETY: The device is registered (type invariant).
+        unsafe { bindings::ibext_shim_port_valid(self.as_raw(), port) }
+    }
 }

@@ -16,6 +16,7 @@ mod cq_pool;
 mod debugfs;
 mod device;
 mod dim;
+mod gid_index;
 mod ib;
 mod ledger;
 mod legacy_dim;

@@ -12,6 +12,7 @@
 #include <linux/bug.h>
 #include <linux/cpumask.h>
 #include <linux/module.h>
+#include <linux/percpu.h>
 #include <linux/rcupdate.h>
 #include <linux/workqueue.h>
 #include <rdma/ibext.h>
@@ -119,6 +120,74 @@ struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound)
 			       WQ_HIGHPRI | WQ_MEM_RECLAIM | WQ_SYSFS, 0);
 }
 
+bool ibext_shim_port_valid(struct ib_device *dev, u32 port)
+{
+	return rdma_is_port_valid(dev, port);
+}
+
+u32 ibext_shim_start_port(struct ib_device *dev)
+{
+	return rdma_start_port(dev);
+}
+
+u32 ibext_shim_end_port(struct ib_device *dev)
+{
+	return rdma_end_port(dev);
+}
+
+/* @port must be valid (ibext_shim_port_valid()). */
+u32 ibext_shim_gid_tbl_len(struct ib_device *dev, u32 port)
+{
+	return dev->port_data[port].immutable.gid_tbl_len;
+}
+
+void ibext_shim_init_event_handler(struct ib_event_handler *h,
+				   struct ib_device *dev,
+				   void (*fn)(struct ib_event_handler *,
+					      struct ib_event *))
+{
+	INIT_IB_EVENT_HANDLER(h, dev, fn);
+}
+
+bool ibext_shim_queue_work_unbound(struct work_struct *work)
+{
+	return queue_work(system_unbound_wq, work);
+}
+
+/*
+ * Per-CPU u64 counters for hot paths that any CPU may run (GID lookups): one
+ * increment touches only the local CPU's cache line; readers sum them.
+ */
+u64 __percpu *ibext_shim_counters_alloc(unsigned int n)
+{
+	return __alloc_percpu(sizeof(u64) * n, __alignof__(u64));
+}
+
+void ibext_shim_counters_free(u64 __percpu *c)
+{
+	free_percpu(c);
+}
+
+void ibext_shim_counter_inc(u64 __percpu *c, unsigned int i)
+{
+	this_cpu_inc(c[i]);
+}
+
+u64 ibext_shim_counter_sum(u64 __percpu *c, unsigned int i)
+{
+	u64 sum = 0;
+	int cpu;
+
+	for_each_possible_cpu(cpu)
+		sum += per_cpu_ptr(c, cpu)[i];
+	return sum;
+}
+
+void ibext_shim_cond_resched(void)
+{
+	cond_resched();
+}
+
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get_attr);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_put);
@@ -126,3 +195,5 @@ EXPORT_SYMBOL_GPL(ibext_dim_attach);
 EXPORT_SYMBOL_GPL(ibext_dim_sample);
 EXPORT_SYMBOL_GPL(ibext_dim_detach);
 EXPORT_SYMBOL_GPL(ibext_dim_profile);
+EXPORT_SYMBOL_GPL(ibext_find_gid);
+EXPORT_SYMBOL_GPL(ibext_find_gid_by_port);

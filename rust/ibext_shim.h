@@ -53,6 +53,22 @@ void ibext_shim_init_work(struct work_struct *work, work_func_t func);
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
 
+/* GID index: static inlines and macros of ib_verbs.h, per-CPU counters. */
+bool ibext_shim_port_valid(struct ib_device *dev, u32 port);
+u32 ibext_shim_start_port(struct ib_device *dev);
+u32 ibext_shim_end_port(struct ib_device *dev);
+u32 ibext_shim_gid_tbl_len(struct ib_device *dev, u32 port);
+void ibext_shim_init_event_handler(struct ib_event_handler *h,
+				   struct ib_device *dev,
+				   void (*fn)(struct ib_event_handler *,
+					      struct ib_event *));
+bool ibext_shim_queue_work_unbound(struct work_struct *work);
+u64 __percpu *ibext_shim_counters_alloc(unsigned int n);
+void ibext_shim_counters_free(u64 __percpu *c);
+void ibext_shim_counter_inc(u64 __percpu *c, unsigned int i);
+u64 ibext_shim_counter_sum(u64 __percpu *c, unsigned int i);
+void ibext_shim_cond_resched(void);
+
 #ifdef IBEXT_KUNIT
 /* Test-only helpers, rust/tests/qp.c. */
 struct ib_pd *ibext_test_alloc_pd(struct ib_device *dev);

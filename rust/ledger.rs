@@ -21,15 +21,18 @@ pub(crate) enum Kind {
     CqSet = 2,
     /// DIM attached to a legacy ULP's own CQ.
     LegacyDim = 3,
+    /// A snapshot of one port's GID table, in the GID index.
+    GidSnapshot = 4,
 }
 
 impl Kind {
     /// Every kind, in index order.
-    pub(crate) const ALL: [Kind; 4] = [
+    pub(crate) const ALL: [Kind; 5] = [
         Kind::DeviceState,
         Kind::PooledCq,
         Kind::CqSet,
         Kind::LegacyDim,
+        Kind::GidSnapshot,
     ];
 
     /// The name shown in debugfs.
@@ -39,6 +42,7 @@ impl Kind {
             Kind::PooledCq => "pooled_cq",
             Kind::CqSet => "cq_set",
             Kind::LegacyDim => "legacy_dim",
+            Kind::GidSnapshot => "gid_snapshot",
         }
     }
 }

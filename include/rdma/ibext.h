@@ -153,4 +153,52 @@ void ibext_dim_detach(struct ib_cq *cq);
  */
 int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps);
 
+/**
+ * ibext_find_gid() - Find a GID in a device's GID tables, in O(1)
+ * @dev: the device to search
+ * @gid: the GID to find
+ * @gid_type: the GID type to find
+ * @ndev: the net device the entry must have; NULL matches any
+ *
+ * A drop-in for rdma_find_gid(): the same result, found through ibext's
+ * hashed mirror of each port's table instead of a linear scan.  Every entry
+ * the mirror names is confirmed with rdma_get_gid_attr() and compared before
+ * it is returned; when the mirror is stale (a GID change is being rescanned,
+ * or a named entry did not confirm) a miss falls back to the core's own
+ * lookup, so a wrong entry is never returned.  Ports are searched in order
+ * and, within a port, the lowest matching index wins, as upstream.
+ *
+ * Context: any context, including atomic; takes no sleeping lock.
+ * Return: a referenced attribute, released with rdma_put_gid_attr();
+ * ERR_PTR(-ENOENT) if there is no match; ERR_PTR(-EINVAL) for a NULL @dev or
+ * @gid or an unknown @gid_type.
+ */
+const struct ib_gid_attr *ibext_find_gid(struct ib_device *dev,
+					 const union ib_gid *gid,
+					 enum ib_gid_type gid_type,
+					 struct net_device *ndev);
+
+/**
+ * ibext_find_gid_by_port() - Find a GID in one port's GID table, in O(1)
+ * @dev: the device to search
+ * @gid: the GID to find
+ * @gid_type: the GID type to find
+ * @port: the port whose table is searched
+ * @ndev: the net device the entry must have; NULL matches any
+ *
+ * A drop-in for rdma_find_gid_by_port(), as ibext_find_gid() is for
+ * rdma_find_gid().  Unlike upstream, a port out of range is -EINVAL, not
+ * -ENOENT.
+ *
+ * Context: any context, including atomic; takes no sleeping lock.
+ * Return: a referenced attribute, released with rdma_put_gid_attr();
+ * ERR_PTR(-ENOENT) if there is no match; ERR_PTR(-EINVAL) for a NULL @dev or
+ * @gid, an unknown @gid_type, or a @port the device does not have.
+ */
+const struct ib_gid_attr *ibext_find_gid_by_port(struct ib_device *dev,
+						 const union ib_gid *gid,
+						 enum ib_gid_type gid_type,
+						 u32 port,
+						 struct net_device *ndev);
+
 #endif /* _RDMA_IBEXT_H */

@@ -7,4 +7,5 @@
 //! `core` only. The kernel side reaches ib_core; this side only decides.
 
 pub(crate) mod cq_pool;
+pub(crate) mod gid_index;
 pub(crate) mod moderation;

@@ -9,6 +9,7 @@ mod bench;
 mod cq_pool;
 mod dim;
 mod faults;
+mod gid;
 mod guest;
 mod hotunplug;
 mod lifecycle;

@@ -1,0 +1,680 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The cached GID index: a hashed mirror of every port's GID table, with each hit confirmed
+//! against ib_core's own table.
+//!
+//! Upstream `rdma_find_gid` and `rdma_find_gid_by_port` scan the whole table with `memcmp` under
+//! the table's rwlock, for every lookup; rxe's tables have 1024 entries and `rxe_chk_dgid` does
+//! it for every received packet. Here each port has a *snapshot*: the port's valid entries, an
+//! open-addressing hash over them ([`crate::policy::gid_index`]) and a bitmap of valid indices.
+//! A snapshot is built by a rescan and never changed; a newer one replaces it.
+//!
+//! # Staying right
+//!
+//! The index only proposes table indices. Each is confirmed with `rdma_get_gid_attr(dev, port,
+//! index)`, which takes a reference, and compared (GID, type, and netdev if asked for) before it
+//! is returned. A miss is trusted only if the snapshot is current: ib_core dispatches
+//! `IB_EVENT_GID_CHANGE` after every change of a port's table, and the event handler counts it in
+//! the port's `requested` generation and queues the rescan; a rescan that started after the
+//! `n`-th event publishes its snapshot and then sets `done` to `n`. A lookup that misses while
+//! `requested != done`, or that met a candidate which did not confirm, asks ib_core
+//! (`rdma_find_gid_by_port`) instead. A change ib_core has made but not yet announced is not
+//! seen, as a lookup just before the change would not see it.
+//!
+//! # Concurrency and lifetime
+//!
+//! Lookups take no lock of ibext's: they read the port's snapshot pointer inside
+//! `rcu_read_lock()` and call ib_core, which takes its table's rwlock for each confirmation, so
+//! they may run in atomic context. Rescans are serialized by `GidIndex::rescan`, a mutex taken
+//! only in process context (the rescan work and the initial scan); a replaced snapshot is freed
+//! after `synchronize_rcu()`.
+//!
+//! The event handler is registered in [`GidIndex::start`] (the client's `add`) and unregistered
+//! in [`GidIndex::stop`] (its `remove`), which then cancels the rescan work; the last snapshots
+//! are freed when the device state is dropped, after every lookup holding it has returned.
+//!
+//! Lock order: `GidIndex::rescan` → ib_core's GID table locks (taken inside
+//! `rdma_get_gid_attr`). ib_core calls the event handler with its table mutex held; the handler
+//! takes no lock of ibext's.
+
+use crate::{
+    bindings,
+    debugfs::{SeqFile, Show},
+    ib::Device,
+    ledger::{Kind, Token},
+    policy::gid_index::{self as policy, Entry, GidKey},
+};
+use core::{
+    fmt::Write,
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+};
+use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
+
+/// The per-CPU counters of a [`GidIndex`], by index.
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub(crate) enum Counter {
+    /// Lookups answered by a confirmed entry of the mirror.
+    Hits = 0,
+    /// Lookups answered "no such GID" by a current mirror.
+    ConfirmedMisses = 1,
+    /// Lookups handed to ib_core's own search: stale candidate or rescan pending.
+    Fallbacks = 2,
+    /// Candidates that did not confirm (the table changed after the snapshot).
+    Stale = 3,
+    /// Rescans that published a snapshot.
+    Rescans = 4,
+    /// Rescans that could not allocate; the old snapshot stays and lookups fall back.
+    RescanFailures = 5,
+}
+
+const NR_COUNTERS: u32 = 6;
+
+impl Counter {
+    const ALL: [Counter; NR_COUNTERS as usize] = [
+        Counter::Hits,
+        Counter::ConfirmedMisses,
+        Counter::Fallbacks,
+        Counter::Stale,
+        Counter::Rescans,
+        Counter::RescanFailures,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Hits => "hits",
+            Counter::ConfirmedMisses => "confirmed_misses",
+            Counter::Fallbacks => "fallbacks",
+            Counter::Stale => "stale",
+            Counter::Rescans => "rescans",
+            Counter::RescanFailures => "rescan_failures",
+        }
+    }
+}
+
+/// Per-CPU `u64` counters, one set per [`GidIndex`]: lookups run on every CPU and must not
+/// share a cache line to count.
+///
+/// # Invariants
+///
+/// `self.0` points to `NR_COUNTERS` per-CPU counters from `ibext_shim_counters_alloc`, freed on
+/// drop.
+struct Counters(NonNull<u64>);
+
+impl Counters {
+    fn new() -> Result<Self> {
+        // SAFETY: FFI call; the result is checked.
+        let c = unsafe { bindings::ibext_shim_counters_alloc(NR_COUNTERS) };
+        // INVARIANT: non-null results come from `ibext_shim_counters_alloc`.
+        NonNull::new(c).map(Counters).ok_or(ENOMEM)
+    }
+
+    fn inc(&self, c: Counter) {
+        // SAFETY: `NR_COUNTERS` per-CPU counters are allocated (type invariant).
+        unsafe { bindings::ibext_shim_counter_inc(self.0.as_ptr(), c as u32) };
+    }
+
+    fn sum(&self, c: Counter) -> u64 {
+        // SAFETY: As in `inc`.
+        unsafe { bindings::ibext_shim_counter_sum(self.0.as_ptr(), c as u32) }
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        // SAFETY: Allocated in `new` (type invariant) and no longer used.
+        unsafe { bindings::ibext_shim_counters_free(self.0.as_ptr()) };
+    }
+}
+
+/// A referenced GID table entry, `const struct ib_gid_attr *`; dropping it puts the reference.
+///
+/// # Invariants
+///
+/// `self.0` holds one reference from `rdma_get_gid_attr` or `rdma_find_gid*`.
+pub(crate) struct GidAttr(NonNull<bindings::ib_gid_attr>);
+
+// SAFETY: A GID attribute reference may be used and put from any context and thread.
+unsafe impl Send for GidAttr {}
+// SAFETY: `&GidAttr` only reads fields that do not change while the reference is held.
+unsafe impl Sync for GidAttr {}
+
+impl GidAttr {
+    /// Takes ownership of the reference a ib_core lookup returned, or its error.
+    ///
+    /// # Safety
+    ///
+    /// `p` is the return value of `rdma_get_gid_attr` or `rdma_find_gid*`, not yet put.
+    pub(crate) unsafe fn from_result(p: *const bindings::ib_gid_attr) -> Result<Self> {
+        let p = from_err_ptr(p.cast_mut())?;
+        // INVARIANT: not an error, so a referenced attribute (the caller's guarantee).
+        NonNull::new(p).map(GidAttr).ok_or(ENOENT)
+    }
+
+    /// Gives the reference to the caller, who must put it with `rdma_put_gid_attr`.
+    pub(crate) fn into_raw(self) -> *const bindings::ib_gid_attr {
+        let p = self.0.as_ptr();
+        core::mem::forget(self);
+        p
+    }
+
+    /// Returns the attribute.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn as_raw(&self) -> *const bindings::ib_gid_attr {
+        self.0.as_ptr()
+    }
+
+    fn attr(&self) -> &bindings::ib_gid_attr {
+        // SAFETY: The reference we hold keeps the entry alive and its fields fixed (type
+        // invariant): ib_core replaces entries, it does not change them.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Returns the GID.
+    pub(crate) fn gid(&self) -> [u8; 16] {
+        // SAFETY: Every bit pattern of the union is a valid `raw` array.
+        unsafe { self.attr().gid.raw }
+    }
+
+    /// Returns the GID type.
+    pub(crate) fn gid_type(&self) -> u32 {
+        self.attr().gid_type
+    }
+
+    /// Returns the entry's index in its port's table.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn index(&self) -> u32 {
+        self.attr().index.into()
+    }
+
+    /// Returns the entry's port.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn port(&self) -> u32 {
+        self.attr().port_num
+    }
+
+    /// Returns the entry's netdev, as an identity only (never dereferenced).
+    pub(crate) fn ndev(&self) -> *mut bindings::net_device {
+        // SAFETY: The field is readable while the reference is held; ib_core reads it the same
+        // way (without `rcu_dereference`) when it compares netdevs in `find_gid`.
+        unsafe { core::ptr::read_volatile(&self.attr().ndev) }
+    }
+
+    /// Returns whether this entry answers a lookup of `key`, with `ndev` (null: any netdev).
+    fn matches(&self, key: &GidKey, ndev: *mut bindings::net_device) -> bool {
+        self.gid() == key.gid
+            && self.gid_type() == key.gid_type
+            && (ndev.is_null() || self.ndev() == ndev)
+    }
+}
+
+impl Drop for GidAttr {
+    fn drop(&mut self) {
+        // SAFETY: We hold one reference (type invariant) and give it back once.
+        unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };
+    }
+}
+
+/// `rdma_get_gid_attr(dev, port, index)`.
+fn get_gid_attr(dev: &Device, port: u32, index: u32) -> Result<GidAttr> {
+    let index = i32::try_from(index).map_err(|_| EINVAL)?;
+    // SAFETY: `dev` is registered (`Device` invariant); ib_core checks the port and index.
+    unsafe { GidAttr::from_result(bindings::rdma_get_gid_attr(dev.as_raw(), port, index)) }
+}
+
+/// ib_core's own search of one port: `rdma_find_gid_by_port`.
+pub(crate) fn upstream_find_by_port(
+    dev: &Device,
+    key: &GidKey,
+    port: u32,
+    ndev: *mut bindings::net_device,
+) -> Result<GidAttr> {
+    let gid = bindings::ib_gid { raw: key.gid };
+    // SAFETY: `dev` is registered (`Device` invariant) and `gid` outlives the call; `ndev` is
+    // only compared.
+    unsafe {
+        GidAttr::from_result(bindings::rdma_find_gid_by_port(
+            dev.as_raw(),
+            &gid,
+            key.gid_type,
+            port,
+            ndev,
+        ))
+    }
+}
+
+/// One port's snapshot: its valid entries in index order, the hash over them, and the bitmap of
+/// valid indices.
+///
+/// # Invariants
+///
+/// `slots` was filled by [`policy::build`] from `entries`; neither changes after publication.
+struct Snapshot {
+    entries: KVec<Entry>,
+    slots: KVec<u32>,
+    valid: KVec<u64>,
+    _token: Token,
+}
+
+impl Snapshot {
+    /// Reads port `port` of `dev` (a table of `tbl_len` entries) into a new snapshot.
+    fn scan(dev: &Device, port: u32, tbl_len: u32) -> Result<KBox<Self>> {
+        let mut valid = KVec::with_capacity(policy::bitmap_words(tbl_len as usize), GFP_KERNEL)?;
+        for _ in 0..policy::bitmap_words(tbl_len as usize) {
+            valid.push(0, GFP_KERNEL)?;
+        }
+        let mut entries = KVec::new();
+        for index in 0..tbl_len {
+            let Ok(attr) = get_gid_attr(dev, port, index) else {
+                continue;
+            };
+            let key = GidKey {
+                gid: attr.gid(),
+                gid_type: attr.gid_type(),
+            };
+            drop(attr);
+            entries.push(Entry { key, index }, GFP_KERNEL)?;
+            policy::bitmap_set(&mut valid, index as usize);
+        }
+        let n = policy::slots_for(entries.len());
+        let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            slots.push(policy::EMPTY, GFP_KERNEL)?;
+        }
+        policy::build(&entries, &mut slots).map_err(|_| EINVAL)?;
+        // INVARIANT: `slots` was built from `entries` just above.
+        Ok(KBox::new(
+            Snapshot {
+                entries,
+                slots,
+                valid,
+                _token: Token::new(Kind::GidSnapshot),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+}
+
+/// One port of the device.
+struct Port {
+    num: u32,
+    tbl_len: u32,
+    /// The current snapshot, or null before the first scan; replaced only under
+    /// `GidIndex::rescan`, freed after a grace period.
+    snapshot: AtomicPtr<Snapshot>,
+    /// GID change events seen for this port (plus one for the initial scan).
+    requested: AtomicU64,
+    /// The value of `requested` the current snapshot reflects.
+    done: AtomicU64,
+    /// Table indices that became valid or invalid between consecutive snapshots.
+    flips: AtomicU64,
+}
+
+impl Port {
+    fn current(&self) -> bool {
+        self.done.load(Ordering::Acquire) == self.requested.load(Ordering::Acquire)
+    }
+}
+
+/// The per-device GID index.
+///
+/// # Invariants
+///
+/// - `handler` and `work` are initialized; `handler` is registered with ib_core exactly while
+///   `registered` is true.
+/// - Every non-null `Port::snapshot` came from `KBox::into_raw` and is owned by the index.
+#[pin_data(PinnedDrop)]
+pub(crate) struct GidIndex {
+    dev: NonNull<bindings::ib_device>,
+    ports: KVec<Port>,
+    counters: Counters,
+    #[pin]
+    handler: Opaque<bindings::ib_event_handler>,
+    #[pin]
+    work: Opaque<bindings::work_struct>,
+    registered: AtomicBool,
+    #[pin]
+    rescan: Mutex<()>,
+}
+
+// SAFETY: `dev` is used only through `Device` (Sync); the rest is atomics, per-CPU counters,
+// snapshots that never change once published, and state ib_core or the mutex protects.
+unsafe impl Send for GidIndex {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for GidIndex {}
+
+impl GidIndex {
+    /// Makes the index of `dev`, empty; [`GidIndex::start`] fills it once it is pinned.
+    pub(crate) fn new(dev: &Device) -> Result<impl PinInit<Self>> {
+        // SAFETY: `dev` is registered.
+        let (first, last) = unsafe {
+            (
+                bindings::ibext_shim_start_port(dev.as_raw()),
+                bindings::ibext_shim_end_port(dev.as_raw()),
+            )
+        };
+        let mut ports = KVec::new();
+        for num in first..=last {
+            // SAFETY: `num` is a valid port of `dev`, which is registered.
+            let tbl_len = unsafe { bindings::ibext_shim_gid_tbl_len(dev.as_raw(), num) };
+            ports.push(
+                Port {
+                    num,
+                    tbl_len,
+                    snapshot: AtomicPtr::new(core::ptr::null_mut()),
+                    requested: AtomicU64::new(0),
+                    done: AtomicU64::new(0),
+                    flips: AtomicU64::new(0),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        let counters = Counters::new()?;
+        let raw = dev.as_raw();
+        let dev: NonNull<bindings::ib_device> = NonNull::from(dev).cast();
+        Ok(pin_init!(Self {
+            dev,
+            ports,
+            counters,
+            // SAFETY: (both closures) they only initialize the memory they are given.
+            handler <- Opaque::ffi_init(|h| unsafe {
+                bindings::ibext_shim_init_event_handler(h, raw, Some(gid_event))
+            }),
+            work <- Opaque::ffi_init(|w| unsafe {
+                bindings::ibext_shim_init_work(w, Some(rescan_work))
+            }),
+            registered: AtomicBool::new(false),
+            rescan <- new_mutex!((), "GidIndex::rescan"),
+        }))
+    }
+
+    fn device(&self) -> &Device {
+        // SAFETY: The index lives in the device's state, which exists only while the device is
+        // registered (`DeviceState` invariant).
+        unsafe { Device::from_raw(self.dev.as_ptr()) }
+    }
+
+    fn inc(&self, c: Counter) {
+        self.counters.inc(c);
+    }
+
+    /// Returns the sum of counter `c` over every CPU.
+    pub(crate) fn count(&self, c: Counter) -> u64 {
+        self.counters.sum(c)
+    }
+
+    /// Registers for GID change events and builds every port's snapshot (the client's `add`).
+    pub(crate) fn start(&self) -> Result {
+        for p in self.ports.iter() {
+            p.requested.fetch_add(1, Ordering::AcqRel);
+        }
+        // SAFETY: `handler` is initialized (type invariant) and pinned inside the device state,
+        // which outlives the registration: `stop` runs before the state is dropped.
+        unsafe { bindings::ib_register_event_handler(self.handler.get()) };
+        self.registered.store(true, Ordering::Release);
+        if self.rescan_pending() != 0 {
+            self.stop();
+            return Err(ENOMEM);
+        }
+        Ok(())
+    }
+
+    /// Stops following the device's GID changes (the client's `remove`). Lookups still work
+    /// until the state is dropped: a miss then falls back to ib_core.
+    pub(crate) fn stop(&self) {
+        if self.registered.swap(false, Ordering::AcqRel) {
+            // SAFETY: Registered in `start` (type invariant). This waits for a handler that is
+            // running.
+            unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
+        }
+        // SAFETY: `work` is initialized (type invariant); nothing queues it any more.
+        unsafe { bindings::cancel_work_sync(self.work.get()) };
+    }
+
+    /// Called by the event handler: port `num`'s table changed.
+    fn changed(&self, num: u32) {
+        for p in self.ports.iter().filter(|p| p.num == num) {
+            p.requested.fetch_add(1, Ordering::AcqRel);
+        }
+        // SAFETY: `work` is initialized (type invariant) and cancelled by `stop` before the
+        // index goes away.
+        unsafe { bindings::ibext_shim_queue_work_unbound(self.work.get()) };
+    }
+
+    /// Rescans every port whose snapshot is behind its events. Returns the number of ports that
+    /// could not be rescanned (out of memory); their old snapshot stays, and lookups that miss
+    /// there fall back to ib_core until a later rescan succeeds.
+    fn rescan_pending(&self) -> usize {
+        let _guard = self.rescan.lock();
+        let mut failed = 0;
+        for p in self.ports.iter() {
+            let want = p.requested.load(Ordering::Acquire);
+            if want == p.done.load(Ordering::Acquire) {
+                continue;
+            }
+            match Snapshot::scan(self.device(), p.num, p.tbl_len) {
+                Ok(snap) => {
+                    let cur = p.snapshot.load(Ordering::Acquire);
+                    // SAFETY: Snapshots are replaced only under `rescan`, which we hold.
+                    let before = (!cur.is_null()).then(|| unsafe { &*cur }.valid.as_slice());
+                    let flips = policy::bitmap_changes(before.unwrap_or(&[]), &snap.valid);
+                    p.flips.fetch_add(flips as u64, Ordering::Relaxed);
+                    let old = p.snapshot.swap(KBox::into_raw(snap), Ordering::AcqRel);
+                    p.done.store(want, Ordering::Release);
+                    self.inc(Counter::Rescans);
+                    if !old.is_null() {
+                        // SAFETY: FFI call in process context; waits for every lookup that may
+                        // have read `old`.
+                        unsafe { bindings::synchronize_rcu() };
+                        // SAFETY: `old` came from `KBox::into_raw` (type invariant), is no
+                        // longer published, and no reader is left.
+                        drop(unsafe { KBox::from_raw(old) });
+                    }
+                }
+                Err(_) => {
+                    self.inc(Counter::RescanFailures);
+                    failed += 1;
+                }
+            }
+        }
+        failed
+    }
+
+    /// Finds `key` on port `p`, as `rdma_find_gid_by_port` does.
+    fn find_on_port(
+        &self,
+        p: &Port,
+        key: &GidKey,
+        ndev: *mut bindings::net_device,
+    ) -> Result<GidAttr> {
+        let mut stale = false;
+        // SAFETY: FFI call; paired with the unlock below on every path.
+        unsafe { bindings::ibext_shim_rcu_read_lock() };
+        let snap = p.snapshot.load(Ordering::Acquire);
+        if snap.is_null() {
+            stale = true;
+        } else {
+            // SAFETY: A published snapshot is freed only after a grace period that began after
+            // it was unpublished; we are inside a read-side critical section.
+            let snap = unsafe { &*snap };
+            for e in policy::lookup(&snap.entries, &snap.slots, key) {
+                match get_gid_attr(self.device(), p.num, e.index) {
+                    Ok(attr) if attr.matches(key, ndev) => {
+                        // SAFETY: Paired with the lock above.
+                        unsafe { bindings::ibext_shim_rcu_read_unlock() };
+                        self.inc(Counter::Hits);
+                        return Ok(attr);
+                    }
+                    // The same GID and type on another netdev: not stale, just not asked for.
+                    Ok(attr) if attr.gid() == key.gid && attr.gid_type() == key.gid_type => {}
+                    _ => {
+                        self.inc(Counter::Stale);
+                        stale = true;
+                    }
+                }
+            }
+        }
+        // SAFETY: Paired with the lock above.
+        unsafe { bindings::ibext_shim_rcu_read_unlock() };
+        if stale || !p.current() {
+            self.inc(Counter::Fallbacks);
+            return upstream_find_by_port(self.device(), key, p.num, ndev);
+        }
+        self.inc(Counter::ConfirmedMisses);
+        Err(ENOENT)
+    }
+
+    /// Finds `key` on `port`, or on every port in order (`None`), as `rdma_find_gid_by_port` and
+    /// `rdma_find_gid` do.
+    pub(crate) fn find(
+        &self,
+        key: &GidKey,
+        port: Option<u32>,
+        ndev: *mut bindings::net_device,
+    ) -> Result<GidAttr> {
+        for p in self
+            .ports
+            .iter()
+            .filter(|p| port.is_none_or(|n| n == p.num))
+        {
+            match self.find_on_port(p, key, ndev) {
+                Err(e) if e == ENOENT => continue,
+                res => return res,
+            }
+        }
+        Err(ENOENT)
+    }
+
+    /// Returns whether every port's snapshot reflects every GID change announced so far.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn current(&self) -> bool {
+        self.ports.iter().all(Port::current)
+    }
+
+    /// Calls `f` with port `num`'s snapshot bitmap of valid indices, if it has a snapshot.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn with_valid<R>(&self, num: u32, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
+        let p = self.ports.iter().find(|p| p.num == num)?;
+        // Snapshots are replaced only under the mutex: holding it keeps this one alive.
+        let _guard = self.rescan.lock();
+        let snap = p.snapshot.load(Ordering::Acquire);
+        // SAFETY: Published snapshots stay alive while `rescan` is held (see above).
+        (!snap.is_null()).then(|| f(unsafe { &(*snap).valid }))
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for GidIndex {
+    fn drop(self: Pin<&mut Self>) {
+        self.stop();
+        for p in self.ports.iter() {
+            let snap = p.snapshot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !snap.is_null() {
+                // SAFETY: The index is being dropped, so no lookup can reach it any more;
+                // `snap` came from `KBox::into_raw` (type invariant).
+                drop(unsafe { KBox::from_raw(snap) });
+            }
+        }
+    }
+}
+
+/// Finds `key` on `dev`: on `port`, or on every port in order (`None`). The checked form of
+/// `ibext_find_gid`/`ibext_find_gid_by_port`: `port`, if given, is valid.
+///
+/// On a device ibext is not attached to (its `add` failed), ib_core's own search answers.
+pub(crate) fn find(
+    dev: &Device,
+    key: &GidKey,
+    port: Option<u32>,
+    ndev: *mut bindings::net_device,
+) -> Result<GidAttr> {
+    if let Some(state) = crate::client::device_state_borrow(dev) {
+        return state.gid_index().find(key, port, ndev);
+    }
+    match port {
+        Some(p) => upstream_find_by_port(dev, key, p, ndev),
+        None => upstream_find(dev, key, ndev),
+    }
+}
+
+/// ib_core's own search of every port: `rdma_find_gid`.
+pub(crate) fn upstream_find(
+    dev: &Device,
+    key: &GidKey,
+    ndev: *mut bindings::net_device,
+) -> Result<GidAttr> {
+    let gid = bindings::ib_gid { raw: key.gid };
+    // SAFETY: As in `upstream_find_by_port`.
+    unsafe {
+        GidAttr::from_result(bindings::rdma_find_gid(
+            dev.as_raw(),
+            &gid,
+            key.gid_type,
+            ndev,
+        ))
+    }
+}
+
+/// ib_core's event handler.
+///
+/// # Safety
+///
+/// Called by ib_core only, with the handler registered in [`GidIndex::start`].
+unsafe extern "C" fn gid_event(h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
+    // SAFETY: `h` is the `handler` field of a live `GidIndex` (registered only there, and
+    // unregistered before it is dropped); `Opaque<T>` has the layout of `T`.
+    let index = unsafe { &*kernel::container_of!(h, GidIndex, handler) };
+    // SAFETY: ib_core passes a valid event.
+    let ev = unsafe { &*ev };
+    if ev.event == bindings::ib_event_type_IB_EVENT_GID_CHANGE {
+        // SAFETY: GID change events name a port.
+        index.changed(unsafe { ev.element.port_num });
+    }
+}
+
+/// The rescan work item.
+///
+/// # Safety
+///
+/// Called by the workqueue only, for the `work` of a live `GidIndex`.
+unsafe extern "C" fn rescan_work(w: *mut bindings::work_struct) {
+    // SAFETY: `w` is the `work` field of a live `GidIndex`: `stop` cancels it before the index is
+    // dropped.
+    let index = unsafe { &*kernel::container_of!(w, GidIndex, work) };
+    index.rescan_pending();
+}
+
+impl Show for GidIndex {
+    fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
+        {
+            let _guard = self.rescan.lock();
+            for p in self.ports.iter() {
+                let snap = p.snapshot.load(Ordering::Acquire);
+                // SAFETY: Snapshots are replaced only under `rescan`, which we hold.
+                let (entries, slots) = if snap.is_null() {
+                    (0, 0)
+                } else {
+                    // SAFETY: As above.
+                    let s = unsafe { &*snap };
+                    (policy::bitmap_weight(&s.valid), s.slots.len())
+                };
+                writeln!(
+                    m,
+                    "port {} table {} entries {} slots {} events {} rescanned_to {} flips {}",
+                    p.num,
+                    p.tbl_len,
+                    entries,
+                    slots,
+                    p.requested.load(Ordering::Relaxed),
+                    p.done.load(Ordering::Relaxed),
+                    p.flips.load(Ordering::Relaxed)
+                )?;
+            }
+        }
+        for c in Counter::ALL {
+            writeln!(m, "{} {}", c.name(), self.count(c))?;
+        }
+        Ok(())
+    }
+}

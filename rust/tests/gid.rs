@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `ibext_gid`: the cached GID index against ib_core's own lookups, on real GID tables.
+//!
+//! The guest's init gives veth0 hundreds of IPv6 addresses before rxe0 is made, so rxe0's table
+//! (1024 entries) is nearly full: each address is one RoCE v1 and one RoCE v2 GID. rxe1 keeps a
+//! small table. Tests add and remove more addresses with `ip`, so ib_core changes its tables the
+//! way it does in production (netdev events, `roce_gid_mgmt`).
+
+use super::guest::{run, DeviceRef};
+use crate::{
+    api::{ibext_find_gid, ibext_find_gid_by_port},
+    bindings,
+    client::device_state,
+    device::DeviceState,
+    gid_index::{self, Counter, GidAttr},
+    ib::Device,
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
+    policy::gid_index::{bitmap_test, GidKey},
+};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kernel::{c_str, fmt, prelude::*, str::CString, sync::Arc, workqueue};
+
+/// RoCE v2, the one type of rxe's GIDs.
+const V2: u32 = bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP;
+
+/// RoCE v1 and v2: lookups ask for both; only v2 is ever found on rxe.
+const TYPES: [u32; 2] = [
+    bindings::ib_gid_type_IB_GID_TYPE_ROCE,
+    bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+];
+
+fn msleep(ms: u32) {
+    // SAFETY: FFI call in process context.
+    unsafe { bindings::msleep(ms) };
+}
+
+/// Waits up to `ms` milliseconds for `cond`.
+fn wait_for(ms: u32, mut cond: impl FnMut() -> bool) -> bool {
+    let mut waited = 0;
+    while !cond() {
+        if waited >= ms {
+            return false;
+        }
+        msleep(10);
+        waited += 10;
+    }
+    true
+}
+
+/// A device and ibext's state for it.
+fn device(name: &CStr) -> core::result::Result<(DeviceRef, Arc<DeviceState>), Failed> {
+    let dev = DeviceRef::get(name);
+    kassert!(dev.is_some(), "{} is not registered", name);
+    let dev = dev.ok_or(Failed)?;
+    let state = device_state(dev.device());
+    kassert!(state.is_some(), "no ibext state for {}", name);
+    Ok((dev, state.ok_or(Failed)?))
+}
+
+/// Port numbers of `dev`.
+fn ports(dev: &Device) -> core::ops::RangeInclusive<u32> {
+    // SAFETY: `dev` is registered.
+    unsafe {
+        bindings::ibext_shim_start_port(dev.as_raw())..=bindings::ibext_shim_end_port(dev.as_raw())
+    }
+}
+
+fn tbl_len(dev: &Device, port: u32) -> u32 {
+    // SAFETY: `port` is one of `ports(dev)`.
+    unsafe { bindings::ibext_shim_gid_tbl_len(dev.as_raw(), port) }
+}
+
+fn get_attr(dev: &Device, port: u32, index: u32) -> Option<GidAttr> {
+    // SAFETY: `dev` is registered; ib_core checks the port and index.
+    unsafe {
+        GidAttr::from_result(bindings::rdma_get_gid_attr(
+            dev.as_raw(),
+            port,
+            index as i32,
+        ))
+    }
+    .ok()
+}
+
+/// The valid entries of every port of `dev`, as ib_core has them now.
+fn valid_entries(dev: &Device) -> Result<KVec<GidAttr>> {
+    let mut out = KVec::new();
+    for p in ports(dev) {
+        for i in 0..tbl_len(dev, p) {
+            if let Some(a) = get_attr(dev, p, i) {
+                out.push(a, GFP_KERNEL)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn key_of(a: &GidAttr) -> GidKey {
+    GidKey {
+        gid: a.gid(),
+        gid_type: a.gid_type(),
+    }
+}
+
+/// What a lookup returned, comparable across implementations.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    Entry {
+        ptr: usize,
+        port: u32,
+        index: u32,
+        gid_type: u32,
+        ndev: usize,
+    },
+    Err(i32),
+}
+
+fn found(r: Result<GidAttr>) -> Found {
+    match r {
+        Ok(a) => Found::Entry {
+            ptr: a.as_raw() as usize,
+            port: a.port(),
+            index: a.index(),
+            gid_type: a.gid_type(),
+            ndev: a.ndev() as usize,
+        },
+        Err(e) => Found::Err(e.to_errno()),
+    }
+}
+
+/// Compares ibext with ib_core for `key` on `dev`: every port and each port, with `ndev` or any.
+fn compare(dev: &Device, key: &GidKey, ndev: *mut bindings::net_device) -> TestResult {
+    let ours = found(gid_index::find(dev, key, None, ndev));
+    let theirs = found(gid_index::upstream_find(dev, key, ndev));
+    kassert_eq!(ours, theirs, "rdma_find_gid of {:?}", key);
+    for p in ports(dev) {
+        let ours = found(gid_index::find(dev, key, Some(p), ndev));
+        let theirs = found(gid_index::upstream_find_by_port(dev, key, p, ndev));
+        kassert_eq!(ours, theirs, "rdma_find_gid_by_port {} of {:?}", p, key);
+    }
+    Ok(())
+}
+
+/// Waits until the index of `state` reflects every GID change ib_core announced.
+fn settle(state: &DeviceState) -> TestResult {
+    kassert!(
+        wait_for(20_000, || state.gid_index().current()),
+        "the GID index did not catch up"
+    );
+    Ok(())
+}
+
+/// The index's bitmap of every port equals ib_core's valid entries.
+fn mirror_equals_table(dev: &Device, state: &DeviceState) -> TestResult {
+    for p in ports(dev) {
+        let mut wrong = 0u32;
+        let mut valid = 0u32;
+        let seen = state.gid_index().with_valid(p, |map| {
+            for i in 0..tbl_len(dev, p) {
+                let v = get_attr(dev, p, i).is_some();
+                valid += u32::from(v);
+                if bitmap_test(map, i as usize) != v {
+                    wrong += 1;
+                }
+            }
+        });
+        kassert!(seen.is_some(), "port {} has no snapshot", p);
+        kassert_eq!(wrong, 0, "port {}: {} valid entries", p, valid);
+    }
+    Ok(())
+}
+
+/// `2001:db8:<net>::<host>` as a GID.
+fn addr_gid(net: u16, host: u16) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[..6].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0]);
+    g[4..6].copy_from_slice(&net.to_be_bytes());
+    g[14..].copy_from_slice(&host.to_be_bytes());
+    g
+}
+
+/// Runs `ip -6 addr <verb> 2001:db8:<net>::<host>/64 dev <dev>` for every host in `hosts`, in one
+/// `ip -batch`; returns its exit status.
+fn ip_addrs(verb: &str, net: u16, hosts: core::ops::Range<u16>, dev: &str) -> Result<i32> {
+    let mut cmd = KVec::<u8>::new();
+    cmd.extend_from_slice(b"{ ", GFP_KERNEL)?;
+    for h in hosts {
+        let line = CString::try_from_fmt(fmt!(
+            "echo addr {verb} 2001:db8:{net:x}::{h:x}/64 dev {dev}; "
+        ))?;
+        cmd.extend_from_slice(line.as_bytes(), GFP_KERNEL)?;
+    }
+    cmd.extend_from_slice(b"} | /usr/sbin/ip -6 -batch -\0", GFP_KERNEL)?;
+    let cmd = CStr::from_bytes_with_nul(&cmd)?;
+    run(&[c_str!("/bin/sh"), c_str!("-c"), cmd])
+}
+
+/// Every GID of every table equals ib_core's answer, for both devices, and so do GIDs that are
+/// in neither table; with the index current, no lookup falls back.
+fn lookups_equal_upstream() -> TestResult {
+    let (rxe0, s0) = device(c_str!("rxe0"))?;
+    let (rxe1, s1) = device(c_str!("rxe1"))?;
+    for (dev, state) in [(rxe0.device(), &s0), (rxe1.device(), &s1)] {
+        settle(state)?;
+        let entries = valid_entries(dev).map_err(|_| Failed)?;
+        if dev.as_raw() == rxe0.device().as_raw() {
+            // The init script's addresses: fail loudly if the table is not what the test needs.
+            kassert!(entries.len() >= 900, "rxe0 has only {} GIDs", entries.len());
+        }
+        let (hits, fallbacks) = (
+            state.gid_index().count(Counter::Hits),
+            state.gid_index().count(Counter::Fallbacks),
+        );
+        let others = [rxe0.device(), rxe1.device()];
+        for a in entries.iter() {
+            let key = key_of(a);
+            compare(dev, &key, core::ptr::null_mut())?;
+            compare(dev, &key, a.ndev())?;
+            // The same GID with the other RoCE type, and on the other device.
+            for t in TYPES {
+                compare(dev, &GidKey { gid_type: t, ..key }, core::ptr::null_mut())?;
+            }
+            for other in others {
+                compare(other, &key, core::ptr::null_mut())?;
+            }
+            // Absent: the GID with its last byte changed and with a foreign prefix.
+            let mut absent = key;
+            absent.gid[15] ^= 0xa5;
+            compare(dev, &absent, core::ptr::null_mut())?;
+            absent.gid[0] = 0x3f;
+            compare(dev, &absent, core::ptr::null_mut())?;
+        }
+        let hits = state.gid_index().count(Counter::Hits) - hits;
+        kassert!(
+            hits >= 3 * entries.len() as u64,
+            "{} hits for {} entries",
+            hits,
+            entries.len()
+        );
+        if state.gid_index().current() {
+            kassert_eq!(state.gid_index().count(Counter::Fallbacks), fallbacks);
+        }
+        mirror_equals_table(dev, state)?;
+    }
+    Ok(())
+}
+
+/// All GIDs of `2001:db8:<net>::<hosts>` on `dev`, of each of `types`, pass `pred` on ibext's lookup.
+fn all_addrs(
+    dev: &Device,
+    net: u16,
+    hosts: core::ops::Range<u16>,
+    types: &[u32],
+    mut pred: impl FnMut(Result<GidAttr>, &GidKey) -> bool,
+) -> bool {
+    for h in hosts {
+        for &t in types {
+            let key = GidKey {
+                gid: addr_gid(net, h),
+                gid_type: t,
+            };
+            if !pred(
+                gid_index::find(dev, &key, None, core::ptr::null_mut()),
+                &key,
+            ) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Added addresses are found; once removed, they miss, first through the fallback and then
+/// from the current index itself.
+fn removed_addresses_miss() -> TestResult {
+    const NET: u16 = 0x77;
+    const HOSTS: core::ops::Range<u16> = 1..9;
+    let (dev, state) = device(c_str!("rxe0"))?;
+    let dev = dev.device();
+    let rescans = state.gid_index().count(Counter::Rescans);
+    kassert_eq!(ip_addrs("add", NET, HOSTS, "veth0")?, 0);
+    let present = |r: Result<GidAttr>, k: &GidKey| r.is_ok_and(|a| key_of(&a) == *k);
+    kassert!(
+        wait_for(20_000, || all_addrs(dev, NET, HOSTS, &[V2], present)),
+        "added addresses never found"
+    );
+    settle(&state)?;
+    let fallbacks = state.gid_index().count(Counter::Fallbacks);
+    kassert!(all_addrs(dev, NET, HOSTS, &[V2], present));
+    kassert_eq!(state.gid_index().count(Counter::Fallbacks), fallbacks);
+    kassert!(state.gid_index().count(Counter::Rescans) > rescans);
+
+    kassert_eq!(ip_addrs("del", NET, HOSTS, "veth0")?, 0);
+    let absent = |r: Result<GidAttr>, _: &GidKey| r.is_err_and(|e| e == ENOENT);
+    kassert!(
+        wait_for(20_000, || all_addrs(dev, NET, HOSTS, &TYPES, absent)),
+        "removed addresses still found"
+    );
+    settle(&state)?;
+    let (fallbacks, misses) = (
+        state.gid_index().count(Counter::Fallbacks),
+        state.gid_index().count(Counter::ConfirmedMisses),
+    );
+    kassert!(all_addrs(dev, NET, HOSTS, &TYPES, absent));
+    kassert_eq!(state.gid_index().count(Counter::Fallbacks), fallbacks);
+    kassert_eq!(
+        state.gid_index().count(Counter::ConfirmedMisses),
+        misses + (TYPES.len() * HOSTS.len()) as u64
+    );
+    mirror_equals_table(dev, &state)
+}
+
+/// Counts of one looker in the churn test.
+#[derive(Default)]
+struct Tally {
+    lookups: AtomicU64,
+    found: AtomicU64,
+    wrong: AtomicU32,
+}
+
+/// Looks up the churned addresses and the stable ones until `stop`; every entry returned is
+/// checked, and a few are held while the churn goes on and checked again before they are put
+/// (on the debug kernel, KASAN would see an entry returned without its reference freed).
+fn look(dev: &Device, net: u16, hosts: u16, seed: u32, stop: &AtomicBool, tally: &Tally) {
+    let mut seed = seed | 1;
+    let mut held: [Option<(GidAttr, GidKey)>; 8] = Default::default();
+    let stable: KVec<GidAttr> = valid_entries(dev).unwrap_or_default();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Acquire) || n < 64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let key = if seed % 4 == 0 && !stable.is_empty() {
+            key_of(&stable[(seed as usize / 4) % stable.len()])
+        } else {
+            GidKey {
+                gid: addr_gid(net, 1 + (seed % u32::from(hosts)) as u16),
+                gid_type: TYPES[(seed >> 8) as usize % 2],
+            }
+        };
+        // Every fourth lookup in an RCU read-side critical section: atomic context on the debug
+        // kernel, where sleeping there would be reported.
+        let atomic = seed % 4 == 1;
+        if atomic {
+            // SAFETY: FFI call; unlocked below.
+            unsafe { bindings::ibext_shim_rcu_read_lock() };
+        }
+        let port = if seed % 2 == 0 { None } else { Some(1) };
+        let r = gid_index::find(dev, &key, port, core::ptr::null_mut());
+        if atomic {
+            // SAFETY: Paired with the lock above.
+            unsafe { bindings::ibext_shim_rcu_read_unlock() };
+        }
+        tally.lookups.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+        if n % 64 == 0 {
+            // A worker on a non-preemptible kernel: let RCU (the rescans wait for it) and the
+            // churning `ip` run.
+            // SAFETY: FFI call in process context.
+            unsafe { bindings::ibext_shim_cond_resched() };
+        }
+        if let Ok(a) = r {
+            tally.found.fetch_add(1, Ordering::Relaxed);
+            if key_of(&a) != key || a.port() != 1 || a.index() >= tbl_len(dev, 1) {
+                tally.wrong.fetch_add(1, Ordering::Relaxed);
+            }
+            let slot = &mut held[(seed >> 4) as usize % 8];
+            if let Some((old, k)) = slot.take() {
+                if key_of(&old) != k {
+                    tally.wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            *slot = Some((a, key));
+        }
+    }
+}
+
+/// A worker adds and removes addresses while three others look them up; no lookup returns a
+/// wrong entry, and afterwards the index equals the table again.
+fn churn_never_wrong() -> TestResult {
+    const NET: u16 = 0x78;
+    const HOSTS: u16 = 12;
+    const ROUNDS: u32 = 6;
+    const LOOKERS: u32 = 3;
+    let (dev, state) = device(c_str!("rxe0"))?;
+    let stop = Arc::new(AtomicBool::new(false), GFP_KERNEL).map_err(|_| Failed)?;
+    let tally = Arc::new(Tally::default(), GFP_KERNEL).map_err(|_| Failed)?;
+    let done = Arc::new(AtomicU32::new(0), GFP_KERNEL).map_err(|_| Failed)?;
+    let churn_ok = Arc::new(AtomicBool::new(true), GFP_KERNEL).map_err(|_| Failed)?;
+    let rescans = state.gid_index().count(Counter::Rescans);
+    for w in 0..LOOKERS {
+        let (state, stop, tally, done) = (state.clone(), stop.clone(), tally.clone(), done.clone());
+        let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            look(
+                state.device(),
+                NET,
+                HOSTS,
+                0x2545_f491 ^ (w + 1) * 7919,
+                &stop,
+                &tally,
+            );
+            done.fetch_add(1, Ordering::AcqRel);
+        });
+        kassert!(res.is_ok(), "cannot start looker {}", w);
+    }
+    {
+        let (stop, done, churn_ok) = (stop.clone(), done.clone(), churn_ok.clone());
+        let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            for r in 0..ROUNDS {
+                // Remove the two halves in an order that changes from round to round.
+                let (a, b) = (1..HOSTS / 2 + 1, HOSTS / 2 + 1..HOSTS + 1);
+                let (first, second) = if r % 2 == 0 { (a, b) } else { (b, a) };
+                let ok = [("add", 1..HOSTS + 1), ("del", first), ("del", second)]
+                    .into_iter()
+                    .all(|(verb, hosts)| matches!(ip_addrs(verb, NET, hosts, "veth0"), Ok(0)));
+                if !ok {
+                    churn_ok.store(false, Ordering::Release);
+                }
+                msleep(20);
+            }
+            stop.store(true, Ordering::Release);
+            done.fetch_add(1, Ordering::AcqRel);
+        });
+        kassert!(res.is_ok(), "cannot start the churn worker");
+    }
+    let all_done = wait_for(300_000, || done.load(Ordering::Acquire) == LOOKERS + 1);
+    stop.store(true, Ordering::Release);
+    kassert!(all_done, "churn or lookers did not finish");
+    kassert!(churn_ok.load(Ordering::Acquire), "ip addr add/del failed");
+    kernel::kunit::info(format_args!(
+        "    # churn: {} lookups, {} found, {} rescans, {} fallbacks, {} stale\n",
+        tally.lookups.load(Ordering::Relaxed),
+        tally.found.load(Ordering::Relaxed),
+        state.gid_index().count(Counter::Rescans) - rescans,
+        state.gid_index().count(Counter::Fallbacks),
+        state.gid_index().count(Counter::Stale),
+    ));
+    kassert_eq!(tally.wrong.load(Ordering::Relaxed), 0);
+    kassert!(tally.found.load(Ordering::Relaxed) > 0);
+    let dev = dev.device();
+    let absent = |r: Result<GidAttr>, _: &GidKey| r.is_err_and(|e| e == ENOENT);
+    kassert!(wait_for(20_000, || all_addrs(
+        dev,
+        NET,
+        1..HOSTS + 1,
+        &TYPES,
+        absent
+    )));
+    settle(&state)?;
+    mirror_equals_table(dev, &state)
+}
+
+/// Every request the lookups must refuse is `-EINVAL`, and nothing is counted.
+fn bad_input_is_einval() -> TestResult {
+    let (dev, state) = device(c_str!("rxe0"))?;
+    let d = dev.device().as_raw();
+    // In no table.
+    let gid = bindings::ib_gid {
+        raw: addr_gid(0x99, 1),
+    };
+    let g: *const bindings::ib_gid = &gid;
+    let v2 = bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP;
+    let bad_type = bindings::ib_gid_type_IB_GID_TYPE_SIZE;
+    let last = *ports(dev.device()).end();
+    let null_dev = core::ptr::null_mut();
+    let null_gid = core::ptr::null();
+    let null_nd = core::ptr::null_mut();
+    let before: KVec<u64> = {
+        let mut v = KVec::new();
+        for c in [Counter::Hits, Counter::ConfirmedMisses, Counter::Fallbacks] {
+            v.push(state.gid_index().count(c), GFP_KERNEL)
+                .map_err(|_| Failed)?;
+        }
+        v
+    };
+    let is_einval = |p: *const bindings::ib_gid_attr| p as isize == EINVAL.to_errno() as isize;
+    // SAFETY (all calls below): `d` is rxe0, which the test holds; `g` is valid for reads.
+    let cases: [(&str, *const bindings::ib_gid_attr); 7] = [
+        ("gid_find.null_dev", unsafe {
+            ibext_find_gid(null_dev, g, v2, null_nd)
+        }),
+        ("gid_find.null_gid", unsafe {
+            ibext_find_gid(d, null_gid, v2, null_nd)
+        }),
+        ("gid_find.bad_type", unsafe {
+            ibext_find_gid(d, g, bad_type, null_nd)
+        }),
+        ("gid_find_by_port.null_dev", unsafe {
+            ibext_find_gid_by_port(null_dev, g, v2, 1, null_nd)
+        }),
+        ("gid_find_by_port.null_gid", unsafe {
+            ibext_find_gid_by_port(d, null_gid, v2, 1, null_nd)
+        }),
+        ("gid_find_by_port.port_zero", unsafe {
+            ibext_find_gid_by_port(d, g, v2, 0, null_nd)
+        }),
+        ("gid_find_by_port.port_past_end", unsafe {
+            ibext_find_gid_by_port(d, g, v2, last + 1, null_nd)
+        }),
+    ];
+    for (id, p) in cases {
+        kassert!(is_einval(p), "{}: got {:?}", id, p);
+        bad_input_ok(id);
+    }
+    for (i, c) in [Counter::Hits, Counter::ConfirmedMisses, Counter::Fallbacks]
+        .into_iter()
+        .enumerate()
+    {
+        kassert_eq!(state.gid_index().count(c), before[i]);
+    }
+    // A well-formed lookup of a GID nobody has is -ENOENT, through the C entry points too.
+    // SAFETY: As above.
+    let p = unsafe { ibext_find_gid_by_port(d, g, v2, last, null_nd) };
+    // SAFETY: `p` is what `ibext_find_gid_by_port` returned; a found entry is put on drop.
+    let found = unsafe { GidAttr::from_result(p) };
+    kassert!(found.is_err_and(|e| e == ENOENT), "got {:?}", p);
+    Ok(())
+}
+
+kunit_suite!(
+    ibext_gid,
+    [
+        bad_input_is_einval,
+        lookups_equal_upstream,
+        removed_addresses_miss,
+        churn_never_wrong,
+    ]
+);
