@@ -345,15 +345,38 @@ def bench_report(args, log_path, stamp):
             f.write(json.dumps(r, sort_keys=True) + "\n")
     cols = ["bench", "setup", "qps", "depth", "ops", "ops_per_s", "events_per_1k_completions",
             "lat_mean_ns", "lat_p99_ns", "cqs", "cqe_allocated"]
-    extra = sorted({k for r in rows for k in r} - set(cols))
-    cols += extra
+    print_table([r for r in rows if r.get("bench") != "gid"], cols)
+    print_table([r for r in rows if r.get("bench") == "gid"],
+                ["bench", "setup", "table", "position", "lookups", "ns_per_lookup"])
+    bench_ratios(rows)
+    dim_ratios(rows)
+    gid_ratios(rows)
+    print(f"bench results: {out}")
+
+
+def print_table(rows, cols):
+    """Prints `rows` with `cols` first, then any other key they have."""
+    if not rows:
+        return
+    cols = cols + sorted({k for r in rows for k in r} - set(cols))
     present = [c for c in cols if any(c in r for r in rows)]
     print(" ".join(f"{c:>14}" for c in present))
     for r in rows:
         print(" ".join(f"{str(r.get(c, '')):>14}" for c in present))
-    bench_ratios(rows)
-    dim_ratios(rows)
-    print(f"bench results: {out}")
+
+
+def gid_ratios(rows):
+    """How many times faster ibext's lookup is, per (table, position)."""
+    by = {}
+    for r in rows:
+        if r.get("bench") == "gid":
+            by.setdefault((r["table"], r["position"]), {})[r["setup"]] = r
+    for (table, pos), s in sorted(by.items()):
+        if {"ibext", "rdma_find_gid", "query_loop"} <= set(s):
+            ours = s["ibext"]["ns_per_lookup"] or 1
+            print(f"gid table={table} {pos}: rdma_find_gid/ibext "
+                  f"{s['rdma_find_gid']['ns_per_lookup'] / ours:.2f}, query_loop/ibext "
+                  f"{s['query_loop']['ns_per_lookup'] / ours:.2f}")
 
 
 def bench_ratios(rows):

@@ -18,6 +18,7 @@
 //! ibext's CQs count their events themselves.
 
 use super::{
+    gid::gid_bench,
     guest::DeviceRef,
     stream::{now_ns, Stream},
 };
@@ -402,4 +403,4 @@ fn dim_bench() -> TestResult {
     Ok(())
 }
 
-kunit_suite!(ibext_bench, [cq_pool_bench, dim_bench], slow);
+kunit_suite!(ibext_bench, [cq_pool_bench, dim_bench, gid_bench], slow);

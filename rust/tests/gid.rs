@@ -182,7 +182,7 @@ fn addr_gid(net: u16, host: u16) -> [u8; 16] {
 
 /// Runs `ip -6 addr <verb> 2001:db8:<net>::<host>/64 dev <dev>` for every host in `hosts`, in one
 /// `ip -batch`; returns its exit status.
-fn ip_addrs(verb: &str, net: u16, hosts: core::ops::Range<u16>, dev: &str) -> Result<i32> {
+fn ip_addrs(verb: &str, net: u16, hosts: impl IntoIterator<Item = u16>, dev: &str) -> Result<i32> {
     let mut cmd = KVec::<u8>::new();
     cmd.extend_from_slice(b"{ ", GFP_KERNEL)?;
     for h in hosts {
@@ -199,8 +199,23 @@ fn ip_addrs(verb: &str, net: u16, hosts: core::ops::Range<u16>, dev: &str) -> Re
 /// Every GID of every table equals ib_core's answer, for both devices, and so do GIDs that are
 /// in neither table; with the index current, no lookup falls back.
 fn lookups_equal_upstream() -> TestResult {
+    // Give rxe1's small table 24 more entries, so both devices have a table worth the name.
+    const NET: u16 = 0x60;
+    const HOSTS: core::ops::Range<u16> = 1..25;
+    kassert_eq!(ip_addrs("add", NET, HOSTS, "veth2")?, 0);
+    let res = equal_on_both();
+    let _ = ip_addrs("del", NET, HOSTS, "veth2");
+    res
+}
+
+fn equal_on_both() -> TestResult {
     let (rxe0, s0) = device(c_str!("rxe0"))?;
     let (rxe1, s1) = device(c_str!("rxe1"))?;
+    kassert!(
+        wait_for(20_000, || valid_entries(rxe1.device())
+            .is_ok_and(|v| v.len() > 24)),
+        "rxe1 did not get its GIDs"
+    );
     for (dev, state) in [(rxe0.device(), &s0), (rxe1.device(), &s1)] {
         settle(state)?;
         let entries = valid_entries(dev).map_err(|_| Failed)?;
@@ -232,12 +247,14 @@ fn lookups_equal_upstream() -> TestResult {
             compare(dev, &absent, core::ptr::null_mut())?;
         }
         let hits = state.gid_index().count(Counter::Hits) - hits;
-        kassert!(
-            hits >= 3 * entries.len() as u64,
-            "{} hits for {} entries",
-            hits,
-            entries.len()
-        );
+        {
+            kassert!(
+                hits >= 3 * entries.len() as u64,
+                "{} hits for {} entries",
+                hits,
+                entries.len()
+            );
+        }
         if state.gid_index().current() {
             kassert_eq!(state.gid_index().count(Counter::Fallbacks), fallbacks);
         }
@@ -381,7 +398,7 @@ fn look(dev: &Device, net: u16, hosts: u16, seed: u32, stop: &AtomicBool, tally:
 fn churn_never_wrong() -> TestResult {
     const NET: u16 = 0x78;
     const HOSTS: u16 = 12;
-    const ROUNDS: u32 = 6;
+    const ROUNDS: u32 = 8;
     const LOOKERS: u32 = 3;
     let (dev, state) = device(c_str!("rxe0"))?;
     let stop = Arc::new(AtomicBool::new(false), GFP_KERNEL).map_err(|_| Failed)?;
@@ -408,12 +425,17 @@ fn churn_never_wrong() -> TestResult {
         let (stop, done, churn_ok) = (stop.clone(), done.clone(), churn_ok.clone());
         let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
             for r in 0..ROUNDS {
-                // Remove the two halves in an order that changes from round to round.
+                // Add in an order rotated each round, so that the freed indices are taken by
+                // other GIDs than last time and an unconfirmed index would name a wrong entry;
+                // remove the two halves in an order that changes too.
+                let rot = (r as u16 * 5) % HOSTS;
+                let order = (0..HOSTS).map(move |i| 1 + (i + rot) % HOSTS);
                 let (a, b) = (1..HOSTS / 2 + 1, HOSTS / 2 + 1..HOSTS + 1);
                 let (first, second) = if r % 2 == 0 { (a, b) } else { (b, a) };
-                let ok = [("add", 1..HOSTS + 1), ("del", first), ("del", second)]
-                    .into_iter()
-                    .all(|(verb, hosts)| matches!(ip_addrs(verb, NET, hosts, "veth0"), Ok(0)));
+                let ok = matches!(ip_addrs("add", NET, order, "veth0"), Ok(0))
+                    && [first, second]
+                        .into_iter()
+                        .all(|hosts| matches!(ip_addrs("del", NET, hosts, "veth0"), Ok(0)));
                 if !ok {
                     churn_ok.store(false, Ordering::Release);
                 }
@@ -527,3 +549,185 @@ kunit_suite!(
         churn_never_wrong,
     ]
 );
+
+/// How one benchmark setup finds a GID.
+#[derive(Clone, Copy)]
+enum Finder {
+    /// `ibext_find_gid`, the C entry point.
+    Ibext,
+    /// Upstream `rdma_find_gid`.
+    Upstream,
+    /// The naive loop: `rdma_query_gid` on every index of every port, then the type.
+    QueryLoop,
+}
+
+impl Finder {
+    const ALL: [(Finder, &'static str); 3] = [
+        (Finder::Ibext, "ibext"),
+        (Finder::Upstream, "rdma_find_gid"),
+        (Finder::QueryLoop, "query_loop"),
+    ];
+
+    /// Finds `key` on the first of `devs` that has it; the entry found is put at once.
+    fn find(self, devs: &[&Device], key: &GidKey) -> bool {
+        let gid = bindings::ib_gid { raw: key.gid };
+        for dev in devs {
+            let found = match self {
+                // SAFETY: `dev` is registered and held by the caller; `gid` outlives the call.
+                Finder::Ibext => unsafe {
+                    GidAttr::from_result(ibext_find_gid(
+                        dev.as_raw(),
+                        &gid,
+                        key.gid_type,
+                        core::ptr::null_mut(),
+                    ))
+                },
+                Finder::Upstream => gid_index::upstream_find(dev, key, core::ptr::null_mut()),
+                Finder::QueryLoop => query_loop(dev, key),
+            };
+            if found.is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The per-index loop ULPs used before the GID cache (the 2013 thread's baseline).
+fn query_loop(dev: &Device, key: &GidKey) -> Result<GidAttr> {
+    for p in ports(dev) {
+        for i in 0..tbl_len(dev, p) {
+            let mut gid = bindings::ib_gid::default();
+            // SAFETY: `dev` is registered; `gid` is valid for writes.
+            if unsafe { bindings::rdma_query_gid(dev.as_raw(), p, i as i32, &mut gid) } != 0 {
+                continue;
+            }
+            // SAFETY: Every bit pattern is a valid `raw` array.
+            if unsafe { gid.raw } != key.gid {
+                continue;
+            }
+            if let Some(a) = get_attr(dev, p, i) {
+                if key_of(&a) == *key {
+                    return Ok(a);
+                }
+            }
+        }
+    }
+    Err(ENOENT)
+}
+
+/// Nanoseconds per lookup of `key` through `finder`: repeated for at least 20 ms (and at least
+/// 16 times), so that one reading is not a clock tick.
+fn ns_per_lookup(finder: Finder, devs: &[&Device], key: &GidKey) -> Option<(u64, u64)> {
+    let start = super::stream::now_ns();
+    let mut n = 0u64;
+    loop {
+        if !finder.find(devs, key) {
+            return None;
+        }
+        n += 1;
+        let t = super::stream::now_ns() - start;
+        if (n >= 16 && t >= 20_000_000) || n >= 1_000_000 {
+            return Some((t / n, n));
+        }
+        if n % 64 == 0 {
+            // SAFETY: FFI call in process context.
+            unsafe { bindings::ibext_shim_cond_resched() };
+        }
+    }
+}
+
+/// Grows rxe1's table (on veth2) to `want` valid entries with addresses of 2001:db8:50::/64;
+/// returns the hosts added so far.
+fn grow_rxe1(dev: &Device, state: &DeviceState, have_hosts: u16, want: usize) -> Result<u16> {
+    let now = valid_entries(dev)?.len();
+    let add = want.saturating_sub(now) as u16;
+    if add > 0 {
+        let status = ip_addrs("add", 0x50, have_hosts + 1..have_hosts + add + 1, "veth2")?;
+        if status != 0 {
+            return Err(EIO);
+        }
+    }
+    let hosts = have_hosts + add;
+    if !wait_for(20_000, || valid_entries(dev).is_ok_and(|v| v.len() >= want)) {
+        return Err(EAGAIN);
+    }
+    if !wait_for(20_000, || state.gid_index().current()) {
+        return Err(EAGAIN);
+    }
+    Ok(hosts)
+}
+
+/// Issue 7: ns per lookup for the first, middle and last valid entry of tables of 4, 128 and
+/// about 1000 entries, and for a GID on the second of two devices searched in turn, through
+/// ibext, `rdma_find_gid` and a `rdma_query_gid` loop, side by side.
+pub(crate) fn gid_bench() -> TestResult {
+    const REPS: usize = 3;
+    let (rxe0, s0) = device(c_str!("rxe0"))?;
+    let (rxe1, s1) = device(c_str!("rxe1"))?;
+    let (d0, d1) = (rxe0.device(), rxe1.device());
+    settle(&s0)?;
+    let mut hosts = 0u16;
+    let run_tables = |tables: &[(&Device, usize)], hosts: &mut u16| -> TestResult {
+        for &(dev, want) in tables {
+            if dev.as_raw() == d1.as_raw() {
+                *hosts = grow_rxe1(d1, &s1, *hosts, want).map_err(|_| Failed)?;
+            }
+            let entries = valid_entries(dev).map_err(|_| Failed)?;
+            kassert!(!entries.is_empty());
+            let n = entries.len();
+            let mut cases: KVec<(&str, usize, GidKey, bool)> = KVec::new();
+            for (pos, i) in [("first", 0), ("middle", n / 2), ("last", n - 1)] {
+                let _ = cases.push((pos, n, key_of(&entries[i]), false), GFP_KERNEL);
+            }
+            if dev.as_raw() == d1.as_raw() {
+                // rxe0 searched first, then rxe1: the GID is on the second device.
+                let _ = cases.push(
+                    ("second_device", n, key_of(&entries[n - 1]), true),
+                    GFP_KERNEL,
+                );
+            }
+            for &(pos, n, key, both) in cases.iter() {
+                let devs_both = [d0, d1];
+                let devs_one = [dev];
+                let devs: &[&Device] = if both { &devs_both } else { &devs_one };
+                let mut ns = [[0u64; REPS]; 3];
+                let mut lookups = [0u64; 3];
+                for rep in 0..REPS {
+                    for j in 0..3 {
+                        let k = (rep + j) % 3;
+                        let r = ns_per_lookup(Finder::ALL[k].0, devs, &key);
+                        kassert!(
+                            r.is_some(),
+                            "{} {} of {}: not found",
+                            Finder::ALL[k].1,
+                            pos,
+                            n
+                        );
+                        let (t, cnt) = r.ok_or(Failed)?;
+                        ns[k][rep] = t;
+                        lookups[k] += cnt;
+                    }
+                }
+                for (k, (_, label)) in Finder::ALL.iter().enumerate() {
+                    ns[k].sort_unstable();
+                    pr_info!(
+                        "ibext-bench: {{\"bench\":\"gid\",\"setup\":\"{}\",\"table\":{},\"position\":\"{}\",\"reps\":{},\"lookups\":{},\"ns_per_lookup\":{}}}\n",
+                        label,
+                        n,
+                        pos,
+                        REPS,
+                        lookups[k],
+                        ns[k][REPS / 2]
+                    );
+                }
+            }
+        }
+        Ok(())
+    };
+    let res = run_tables(&[(d1, 4), (d1, 128), (d0, 0)], &mut hosts);
+    if hosts > 0 {
+        let _ = ip_addrs("del", 0x50, 1..hosts + 1, "veth2");
+    }
+    res
+}
