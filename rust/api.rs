@@ -12,8 +12,9 @@ use crate::{
     device::DeviceState,
     gid_index::{self, GidAttr},
     ib::Device,
-    legacy_dim,
+    legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
+    srq_pool::{self, SrqPool},
     warn::warn_on_once,
 };
 use core::ptr::NonNull;
@@ -230,6 +231,110 @@ pub(crate) unsafe extern "C" fn ibext_find_gid_by_port(
         Ok(attr) => attr.into_raw(),
         Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
     }
+}
+
+/// C entry point of `ibext_srq_pool_create()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pd` is null or a live PD of a registered device that outlives the pool; `attr` is null or
+/// valid for reads.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_create(
+    pd: *mut bindings::ib_pd,
+    attr: *const bindings::ibext_srq_pool_attr,
+) -> *mut bindings::ibext_srq_pool {
+    // SAFETY: `attr` is null or valid for reads (the C contract).
+    let (Some(pd), Some(a)) = (NonNull::new(pd), unsafe { attr.as_ref() }) else {
+        return err_ptr(EINVAL);
+    };
+    let args = srq_pool::CreateArgs {
+        req: policy::srq_pool::Request {
+            nr_srqs: a.nr_srqs,
+            srq_size: a.srq_size,
+            max_sge: a.max_sge,
+            buf_size: a.buf_size,
+            has_recv_done: a.recv_done.is_some(),
+        },
+        recv_done: a.recv_done,
+        ctx: a.ctx,
+    };
+    // SAFETY: `pd` is live and outlives the pool (the C contract).
+    match unsafe { SrqPool::create(pd, args) } {
+        Ok(p) => p.cast(),
+        Err(e) => err_ptr(e),
+    }
+}
+
+/// Returns the pool behind a C handle.
+///
+/// # Safety
+///
+/// `pool` is null or a pool from `ibext_srq_pool_create` not yet destroyed.
+unsafe fn srq_pool<'a>(pool: *mut bindings::ibext_srq_pool) -> Option<&'a SrqPool> {
+    // SAFETY: The caller's guarantee; the handle is the pool itself.
+    unsafe { pool.cast::<SrqPool>().as_ref() }
+}
+
+/// C entry point of `ibext_srq_pool_get()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_get(
+    pool: *mut bindings::ibext_srq_pool,
+    comp_vector_hint: c_int,
+) -> *mut bindings::ib_srq {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return err_ptr(EINVAL);
+    };
+    match pool.get(comp_vector_hint) {
+        Ok(srq) => srq,
+        Err(e) => err_ptr(e),
+    }
+}
+
+/// C entry point of `ibext_srq_pool_put()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_put(
+    pool: *mut bindings::ibext_srq_pool,
+    srq: *mut bindings::ib_srq,
+) {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        warn_on_once!(true, "ibext_srq_pool_put: NULL pool");
+        return;
+    };
+    pool.put(srq);
+}
+
+/// C entry point of `ibext_srq_pool_destroy()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed; after a 0 return it is gone.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_destroy(
+    pool: *mut bindings::ibext_srq_pool,
+) -> c_int {
+    if pool.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The C contract: a live pool.
+    let p = unsafe { &*pool.cast::<SrqPool>() };
+    if let Err(e) = p.retire() {
+        return e.to_errno();
+    }
+    // SAFETY: The pool came from `KBox::into_raw` in `SrqPool::create`, is dead now, and the
+    // caller gives up its handle with this call.
+    drop(unsafe { KBox::from_raw(pool.cast::<SrqPool>()) });
+    0
 }
 
 /// C entry point of `ibext_dim_attach()`; see `include/rdma/ibext.h`.

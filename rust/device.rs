@@ -14,8 +14,13 @@ use crate::{
     gid_index::GidIndex,
     ib::Device,
     ledger::{Kind, Token},
+    warn::warn_on_once,
 };
-use core::{fmt::Write, ptr::NonNull};
+use core::{
+    fmt::Write,
+    ptr::NonNull,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 use kernel::{
     c_str, new_mutex,
     prelude::*,
@@ -77,6 +82,8 @@ pub(crate) struct DeviceState {
     gid_index: GidIndex,
     #[pin]
     gid_index_file: ShowFile<GidIndex>,
+    /// SRQ pools ULPs made on the device and have not destroyed yet.
+    srq_pools: AtomicUsize,
     _token: Token,
 }
 
@@ -103,6 +110,7 @@ impl DeviceState {
                 cq_pools_file <- ShowFile::new(),
                 gid_index <- gid_index,
                 gid_index_file <- ShowFile::new(),
+                srq_pools: AtomicUsize::new(0),
                 _token: Token::new(Kind::DeviceState),
             }),
             GFP_KERNEL,
@@ -142,7 +150,18 @@ impl DeviceState {
         self.gid_index.stop();
         // Dropped outside the lock: removal waits for readers, which may be in `show`.
         let dir = self.inner.lock().dir.take();
-        drop(dir);
+        let pools = self.srq_pools.load(Ordering::Acquire);
+        if warn_on_once!(
+            pools != 0,
+            "ibext: a ULP left SRQ pools on a device being removed"
+        ) {
+            // Their debugfs directories are inside this one, and their owners still hold them:
+            // keep it rather than have them removed twice.
+            pr_err!("{} SRQ pool(s) left on {}\n", pools, dev.name());
+            core::mem::forget(dir);
+        } else {
+            drop(dir);
+        }
         pr_debug!("detached from {}\n", dev.name());
         drop(self);
     }
@@ -171,6 +190,22 @@ impl DeviceState {
     /// Returns the device's CQ pools.
     pub(crate) fn cq_pools(&self) -> &CqPools {
         &self.cq_pools
+    }
+
+    /// Counts an SRQ pool made on the device.
+    pub(crate) fn srq_pool_made(&self) {
+        self.srq_pools.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts an SRQ pool destroyed.
+    pub(crate) fn srq_pool_gone(&self) {
+        self.srq_pools.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Makes a directory `name` in the device's debugfs directory, if it has one.
+    pub(crate) fn new_subdir(&self, name: &CStr) -> Option<Dir> {
+        let inner = self.inner.lock();
+        inner.dir.as_ref().map(|d| Dir::new(name, Some(d)))
     }
 
     /// Returns the device's GID index.

@@ -21,6 +21,7 @@ mod ib;
 mod ledger;
 mod legacy_dim;
 mod policy;
+mod srq_pool;
 mod warn;
 
 #[cfg(ibext_kunit)]

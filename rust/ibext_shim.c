@@ -188,6 +188,65 @@ void ibext_shim_cond_resched(void)
 	cond_resched();
 }
 
+/* A basic SRQ of @max_wr receives, its limit armed at @limit (0: none). */
+struct ib_srq *ibext_shim_create_srq(struct ib_pd *pd, u32 max_wr, u32 max_sge,
+				     u32 limit,
+				     void (*handler)(struct ib_event *, void *),
+				     void *context)
+{
+	struct ib_srq_init_attr attr = {
+		.event_handler = handler,
+		.srq_context = context,
+		.attr = {
+			.max_wr = max_wr,
+			.max_sge = max_sge,
+			.srq_limit = limit,
+		},
+		.srq_type = IB_SRQT_BASIC,
+	};
+
+	return ib_create_srq(pd, &attr);
+}
+
+int ibext_shim_post_srq_recv(struct ib_srq *srq, struct ib_cqe *cqe, u64 addr,
+			     u32 len, u32 lkey)
+{
+	struct ib_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ib_recv_wr wr = { .wr_cqe = cqe, .sg_list = &sge, .num_sge = 1 };
+
+	return ib_post_srq_recv(srq, &wr, NULL);
+}
+
+int ibext_shim_arm_srq_limit(struct ib_srq *srq, u32 limit)
+{
+	struct ib_srq_attr attr = { .srq_limit = limit };
+
+	return ib_modify_srq(srq, &attr, IB_SRQ_LIMIT);
+}
+
+/* Returns 0 on a mapping error. */
+u64 ibext_shim_dma_map_from_device(struct ib_device *dev, void *buf, size_t len)
+{
+	u64 addr = ib_dma_map_single(dev, buf, len, DMA_FROM_DEVICE);
+
+	return ib_dma_mapping_error(dev, addr) ? 0 : addr;
+}
+
+void ibext_shim_dma_unmap_from_device(struct ib_device *dev, u64 addr, size_t len)
+{
+	ib_dma_unmap_single(dev, addr, len, DMA_FROM_DEVICE);
+}
+
+void ibext_shim_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t len)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, len, DMA_FROM_DEVICE);
+}
+
+void ibext_shim_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t len)
+{
+	ib_dma_sync_single_for_device(dev, addr, len, DMA_FROM_DEVICE);
+}
+
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_get_attr);
 EXPORT_SYMBOL_GPL(ibext_cq_pool_put);
@@ -197,3 +256,7 @@ EXPORT_SYMBOL_GPL(ibext_dim_detach);
 EXPORT_SYMBOL_GPL(ibext_dim_profile);
 EXPORT_SYMBOL_GPL(ibext_find_gid);
 EXPORT_SYMBOL_GPL(ibext_find_gid_by_port);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_create);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_get);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_put);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_destroy);

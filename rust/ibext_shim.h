@@ -69,6 +69,19 @@ void ibext_shim_counter_inc(u64 __percpu *c, unsigned int i);
 u64 ibext_shim_counter_sum(u64 __percpu *c, unsigned int i);
 void ibext_shim_cond_resched(void);
 
+/* SRQ pools: static inlines of ib_verbs.h. */
+struct ib_srq *ibext_shim_create_srq(struct ib_pd *pd, u32 max_wr, u32 max_sge,
+				     u32 limit,
+				     void (*handler)(struct ib_event *, void *),
+				     void *context);
+int ibext_shim_post_srq_recv(struct ib_srq *srq, struct ib_cqe *cqe, u64 addr,
+			     u32 len, u32 lkey);
+int ibext_shim_arm_srq_limit(struct ib_srq *srq, u32 limit);
+u64 ibext_shim_dma_map_from_device(struct ib_device *dev, void *buf, size_t len);
+void ibext_shim_dma_unmap_from_device(struct ib_device *dev, u64 addr, size_t len);
+void ibext_shim_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t len);
+void ibext_shim_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t len);
+
 #ifdef IBEXT_KUNIT
 /* Test-only helpers, rust/tests/qp.c. */
 struct ib_pd *ibext_test_alloc_pd(struct ib_device *dev);

@@ -23,16 +23,19 @@ pub(crate) enum Kind {
     LegacyDim = 3,
     /// A snapshot of one port's GID table, in the GID index.
     GidSnapshot = 4,
+    /// An SRQ pool made by a ULP.
+    SrqPool = 5,
 }
 
 impl Kind {
     /// Every kind, in index order.
-    pub(crate) const ALL: [Kind; 5] = [
+    pub(crate) const ALL: [Kind; 6] = [
         Kind::DeviceState,
         Kind::PooledCq,
         Kind::CqSet,
         Kind::LegacyDim,
         Kind::GidSnapshot,
+        Kind::SrqPool,
     ];
 
     /// The name shown in debugfs.
@@ -43,6 +46,7 @@ impl Kind {
             Kind::CqSet => "cq_set",
             Kind::LegacyDim => "legacy_dim",
             Kind::GidSnapshot => "gid_snapshot",
+            Kind::SrqPool => "srq_pool",
         }
     }
 }

@@ -5,6 +5,7 @@
 mod cq_pool;
 mod gid_index;
 mod moderation;
+mod srq_pool;
 
 /// xorshift64*: deterministic, seedable, no dependencies.
 pub(crate) struct Rng(u64);

@@ -201,4 +201,96 @@ const struct ib_gid_attr *ibext_find_gid_by_port(struct ib_device *dev,
 						 u32 port,
 						 struct net_device *ndev);
 
+/**
+ * struct ibext_srq_pool_attr - what ibext_srq_pool_create() is asked for
+ * @nr_srqs: SRQs in the pool; 0: one per completion vector in use
+ *	(min(num_comp_vectors, num_online_cpus())), capped by max_srq
+ * @srq_size: receive WRs per SRQ, at least 1; clamped to max_srq_wr
+ * @max_sge: scatter entries per receive, 1 to max_srq_sge
+ * @buf_size: 0: the ULP posts its own receives with ib_post_srq_recv();
+ *	otherwise ibext allocates, DMA-maps and posts @srq_size buffers of this
+ *	many bytes (at most 64 KiB) per SRQ and reposts each after @recv_done
+ * @recv_done: with managed buffers, called for every successful receive
+ *	completion, in the poll context of the QP's receive CQ, with the SRQ,
+ *	the work completion and the buffer (valid only during the call); must
+ *	be NULL without managed buffers
+ * @ctx: handed to @recv_done unchanged
+ */
+struct ibext_srq_pool_attr {
+	unsigned int nr_srqs;
+	unsigned int srq_size;
+	unsigned int max_sge;
+	unsigned int buf_size;
+	void (*recv_done)(struct ib_srq *srq, struct ib_wc *wc, void *buf,
+			  void *ctx);
+	void *ctx;
+};
+
+struct ibext_srq_pool;
+
+/**
+ * ibext_srq_pool_create() - Make a pool of shared receive queues on a PD
+ * @pd: the protection domain the SRQs (and the QPs using them) belong to
+ * @attr: what is asked for (see struct ibext_srq_pool_attr)
+ *
+ * Each SRQ's limit is armed at a quarter of @attr->srq_size (none below 4
+ * entries) and IB_EVENT_SRQ_LIMIT_REACHED is counted and re-armed, so that
+ * the risk of running out of receives shows in debugfs.  With managed
+ * buffers, receive completions arrive through the receive CQ of each QP
+ * using the pool (a CQ from ibext_cq_pool_get() composes), whose poller
+ * calls ibext's handler, which calls @attr->recv_done and reposts.
+ *
+ * Context: process context; may sleep.
+ * Return: the pool, or an ERR_PTR(): -EINVAL for a NULL argument or
+ * nonsense attributes; -EOPNOTSUPP if the device has no SRQs; -ENODEV if
+ * ibext is not attached to the device; -ENOMEM or the driver's error if
+ * something cannot be made, after everything made so far is undone.
+ */
+struct ibext_srq_pool *ibext_srq_pool_create(struct ib_pd *pd,
+					     const struct ibext_srq_pool_attr *attr);
+
+/**
+ * ibext_srq_pool_get() - Take a reference to one of the pool's SRQs
+ * @pool: the pool
+ * @comp_vector_hint: the completion vector of the QP that will use the SRQ
+ *
+ * With one SRQ per vector, the SRQ of the hint's vector; with fewer SRQs
+ * than vectors, or a negative hint, the least-referenced SRQ.
+ *
+ * Context: process context; may sleep.
+ * Return: the SRQ for ib_qp_init_attr.srq, or ERR_PTR(-EINVAL) for a NULL
+ * @pool, or ERR_PTR(-ENODEV) for a pool being destroyed.
+ */
+struct ib_srq *ibext_srq_pool_get(struct ibext_srq_pool *pool,
+				  int comp_vector_hint);
+
+/**
+ * ibext_srq_pool_put() - Drop a reference taken with ibext_srq_pool_get()
+ * @pool: the pool
+ * @srq: the SRQ ibext_srq_pool_get() returned
+ *
+ * Called after the QP that used @srq is destroyed and its receive
+ * completions have been handled (the QP moved to the error state and
+ * IB_EVENT_QP_LAST_WQE_REACHED seen, or every expected message received).
+ * Putting back an SRQ of another pool, or more references than were taken,
+ * is a caller bug: it warns once and changes nothing.
+ *
+ * Context: process context; may sleep.
+ */
+void ibext_srq_pool_put(struct ibext_srq_pool *pool, struct ib_srq *srq);
+
+/**
+ * ibext_srq_pool_destroy() - Destroy a pool whose SRQs are no longer used
+ * @pool: the pool
+ *
+ * Destroys the SRQs, unmaps and frees the managed buffers, and frees the
+ * pool.  Must be called before the PD is deallocated and before the ULP's
+ * client remove for the device returns.
+ *
+ * Context: process context; may sleep.
+ * Return: 0; -EBUSY if any SRQ still has references (nothing is freed);
+ * -EINVAL for a NULL @pool.
+ */
+int ibext_srq_pool_destroy(struct ibext_srq_pool *pool);
+
 #endif /* _RDMA_IBEXT_H */

@@ -9,3 +9,4 @@
 pub(crate) mod cq_pool;
 pub(crate) mod gid_index;
 pub(crate) mod moderation;
+pub(crate) mod srq_pool;

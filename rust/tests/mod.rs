@@ -13,5 +13,6 @@ mod gid;
 mod guest;
 mod hotunplug;
 mod lifecycle;
+mod srq;
 mod stream;
 mod traffic;

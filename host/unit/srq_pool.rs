@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+
+use super::Rng;
+use crate::policy::srq_pool::*;
+
+const RXE: Caps = Caps {
+    max_srq: 917_503,
+    max_srq_wr: 1_048_576,
+    max_srq_sge: 27,
+    vectors: 4,
+};
+
+fn req(nr_srqs: u32, srq_size: u32, buf_size: u32) -> Request {
+    Request {
+        nr_srqs,
+        srq_size,
+        max_sge: 1,
+        buf_size,
+        has_recv_done: buf_size > 0,
+    }
+}
+
+#[test]
+fn one_srq_per_vector_by_default() {
+    let p = plan(&req(0, 256, 4096), &RXE).unwrap();
+    assert_eq!(
+        (p.nr_srqs, p.srq_size, p.buf_size, p.limit),
+        (4, 256, 4096, 64)
+    );
+    let few = Caps { max_srq: 2, ..RXE };
+    assert_eq!(
+        plan(&req(0, 256, 4096), &few).unwrap().nr_srqs,
+        2,
+        "capped by max_srq"
+    );
+    let one = Caps { vectors: 0, ..RXE };
+    assert_eq!(plan(&req(0, 256, 0), &one).unwrap().nr_srqs, 1);
+}
+
+#[test]
+fn size_is_clamped_and_limit_follows() {
+    let small = Caps {
+        max_srq_wr: 100,
+        ..RXE
+    };
+    let p = plan(&req(3, 256, 0), &small).unwrap();
+    assert_eq!((p.nr_srqs, p.srq_size, p.limit), (3, 100, 25));
+    assert_eq!(
+        plan(&req(1, 3, 0), &RXE).unwrap().limit,
+        0,
+        "no limit below 4 entries"
+    );
+}
+
+#[test]
+fn refusals() {
+    let none = Caps { max_srq: 0, ..RXE };
+    assert_eq!(plan(&req(0, 256, 0), &none), Err(Refusal::NotSupported));
+    let no_wr = Caps {
+        max_srq_wr: 0,
+        ..RXE
+    };
+    assert_eq!(plan(&req(0, 256, 0), &no_wr), Err(Refusal::NotSupported));
+    assert_eq!(
+        plan(&req(0, 0, 0), &RXE),
+        Err(Refusal::Invalid),
+        "srq_size 0"
+    );
+    assert_eq!(
+        plan(&req(RXE.max_srq + 1, 1, 0), &RXE),
+        Err(Refusal::Invalid)
+    );
+    assert_eq!(
+        plan(&req(0, 8, MAX_BUF_SIZE + 1), &RXE),
+        Err(Refusal::Invalid)
+    );
+    let mut r = req(0, 8, 4096);
+    r.has_recv_done = false;
+    assert_eq!(
+        plan(&r, &RXE),
+        Err(Refusal::Invalid),
+        "buffers without recv_done"
+    );
+    let mut r = req(0, 8, 0);
+    r.has_recv_done = true;
+    assert_eq!(
+        plan(&r, &RXE),
+        Err(Refusal::Invalid),
+        "recv_done without buffers"
+    );
+    for sge in [0, RXE.max_srq_sge + 1] {
+        let r = Request {
+            max_sge: sge,
+            ..req(0, 8, 0)
+        };
+        assert_eq!(plan(&r, &RXE), Err(Refusal::Invalid), "max_sge {sge}");
+    }
+}
+
+#[test]
+fn hint_picks_its_vector_when_there_is_one_srq_per_vector() {
+    let refs = [5, 0, 9, 2];
+    for hint in 0..16 {
+        assert_eq!(choose(&refs, 4, hint), Some(hint as usize % 4));
+    }
+    // More vectors in use than the device's SRQs would cover are folded as nvmet folds them.
+    assert_eq!(choose(&[0, 0, 0, 0, 0, 0], 4, 5), Some(1));
+}
+
+#[test]
+fn fewer_srqs_than_vectors_takes_the_least_referenced() {
+    let mut rng = Rng::new(11);
+    for _ in 0..1000 {
+        let n = 1 + rng.below(3) as usize;
+        let refs: Vec<u32> = (0..n).map(|_| rng.below(5) as u32).collect();
+        let hint = rng.below(20) as i32 - 4;
+        let got = choose(&refs, 4, hint).unwrap();
+        let min = *refs.iter().min().unwrap();
+        assert_eq!(refs[got], min);
+        assert_eq!(
+            refs.iter().position(|&r| r == min),
+            Some(got),
+            "lowest index on a tie"
+        );
+    }
+    assert_eq!(choose(&[], 4, 0), None);
+    assert_eq!(choose(&[3, 1, 1, 7], 4, -1), Some(1), "negative hint");
+}
+
+#[test]
+fn references_spread_evenly_over_a_short_pool() {
+    // 64 QPs on 8 vectors over 3 SRQs: the references stay within one of each other.
+    let mut refs = [0u32; 3];
+    for qp in 0..64 {
+        let i = choose(&refs, 8, qp % 8).unwrap();
+        refs[i] += 1;
+    }
+    let (lo, hi) = (refs.iter().min().unwrap(), refs.iter().max().unwrap());
+    assert!(hi - lo <= 1, "{refs:?}");
+}

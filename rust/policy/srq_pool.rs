@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! SRQ pool policy: what a pool is made of, and which of its SRQs a QP gets.
+//!
+//! nvmet-rdma (6.12, `drivers/nvme/target/rdma.c`) keeps `min(num_comp_vectors, max_srq)` SRQs
+//! per device and gives a queue `srqs[comp_vector % srq_count]`, with no count of the queues
+//! using each one. Here each SRQ counts its references, and when a device has fewer SRQs than
+//! vectors the least-referenced SRQ is taken.
+
+/// The largest managed receive buffer: a kmalloc'd buffer the device DMAs into.
+pub(crate) const MAX_BUF_SIZE: u32 = 64 * 1024;
+
+/// Why a pool cannot be made as asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Nonsense attributes (`-EINVAL`).
+    Invalid,
+    /// The device has no SRQs (`-EOPNOTSUPP`).
+    NotSupported,
+}
+
+/// What the device offers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caps {
+    pub(crate) max_srq: u32,
+    pub(crate) max_srq_wr: u32,
+    pub(crate) max_srq_sge: u32,
+    /// Completion vectors in use (`min(num_comp_vectors, num_online_cpus())`, at least 1).
+    pub(crate) vectors: u32,
+}
+
+/// What the ULP asks for (`struct ibext_srq_pool_attr`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request {
+    pub(crate) nr_srqs: u32,
+    pub(crate) srq_size: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) buf_size: u32,
+    pub(crate) has_recv_done: bool,
+}
+
+/// What the pool is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) nr_srqs: u32,
+    /// Receive WRs per SRQ, clamped to `max_srq_wr`.
+    pub(crate) srq_size: u32,
+    pub(crate) max_sge: u32,
+    /// Bytes per managed buffer; 0: the ULP posts its own receives.
+    pub(crate) buf_size: u32,
+    /// The SRQ limit armed on each SRQ: an event when fewer receives than this are posted.
+    /// 0 (no limit) for SRQs of fewer than 4 entries.
+    pub(crate) limit: u32,
+}
+
+/// Checks a request against the device and plans the pool.
+///
+/// - no SRQ support (`max_srq` or `max_srq_wr` 0): [`Refusal::NotSupported`];
+/// - `srq_size` 0, `max_sge` 0 or above `max_srq_sge`, more SRQs than `max_srq`, a buffer size
+///   above [`MAX_BUF_SIZE`], or managed buffers without `recv_done` (or `recv_done` without
+///   managed buffers): [`Refusal::Invalid`];
+/// - `nr_srqs` 0 means one per vector, capped by `max_srq`; `srq_size` is clamped to
+///   `max_srq_wr`.
+pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
+    if caps.max_srq == 0 || caps.max_srq_wr == 0 || caps.max_srq_sge == 0 {
+        return Err(Refusal::NotSupported);
+    }
+    if req.srq_size == 0
+        || req.max_sge == 0
+        || req.max_sge > caps.max_srq_sge
+        || req.nr_srqs > caps.max_srq
+        || req.buf_size > MAX_BUF_SIZE
+        || (req.buf_size > 0) != req.has_recv_done
+    {
+        return Err(Refusal::Invalid);
+    }
+    let nr_srqs = if req.nr_srqs == 0 {
+        caps.vectors.max(1).min(caps.max_srq)
+    } else {
+        req.nr_srqs
+    };
+    let srq_size = req.srq_size.min(caps.max_srq_wr);
+    Ok(Plan {
+        nr_srqs,
+        srq_size,
+        max_sge: req.max_sge,
+        buf_size: req.buf_size,
+        limit: if srq_size >= 4 { srq_size / 4 } else { 0 },
+    })
+}
+
+/// Returns the SRQ a QP with completion vector `hint` gets, from the references each SRQ has.
+///
+/// With at least one SRQ per vector, the SRQ of the hint's vector (`hint % vectors`, then
+/// modulo the SRQs, as nvmet does); with fewer SRQs than vectors, or a negative hint, the
+/// least-referenced SRQ, the lowest index on a tie. `None` only for a pool without SRQs.
+pub(crate) fn choose(refs: &[u32], vectors: u32, hint: i32) -> Option<usize> {
+    if refs.is_empty() {
+        return None;
+    }
+    let vectors = vectors.max(1) as usize;
+    if let Ok(h) = usize::try_from(hint) {
+        if refs.len() >= vectors {
+            return Some((h % vectors) % refs.len());
+        }
+    }
+    refs.iter()
+        .enumerate()
+        .min_by_key(|&(i, r)| (*r, i))
+        .map(|(i, _)| i)
+}

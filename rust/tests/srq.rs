@@ -1,0 +1,695 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `ibext_srq`: SRQ pools on rxe0, with loopback RC QPs whose receives come from the pool's
+//! managed buffers through pooled CQs.
+
+use super::{
+    guest::{debugfs_exists, link_add, link_delete, restore_links, DeviceRef},
+    stream::now_ns,
+};
+use crate::{
+    api::{
+        ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_put,
+        PooledCq,
+    },
+    bindings,
+    cq_engine::PollCtx,
+    ib::Device,
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
+    ledger::{self, Kind},
+    policy::moderation::Moderation,
+    srq_pool::{eopnotsupp, SrqPool, FAIL_AT},
+    warn::expect_warnings,
+};
+use core::{
+    ffi::c_void,
+    ptr::NonNull,
+    sync::atomic::{AtomicU64, Ordering},
+};
+use kernel::{c_str, prelude::*};
+
+fn msleep(ms: u32) {
+    // SAFETY: FFI call in process context.
+    unsafe { bindings::msleep(ms) };
+}
+
+fn rxe0() -> core::result::Result<DeviceRef, Failed> {
+    let dev = DeviceRef::get(c_str!("rxe0"));
+    kassert!(dev.is_some(), "rxe0 is not registered");
+    dev.ok_or(Failed)
+}
+
+/// A PD, deallocated when dropped (ib_core warns if anything still uses it).
+struct Pd(NonNull<bindings::ib_pd>);
+
+impl Pd {
+    fn new(dev: &Device) -> Result<Self> {
+        // SAFETY: `dev` is registered.
+        let pd = unsafe { bindings::ibext_test_alloc_pd(dev.as_raw()) };
+        NonNull::new(kernel::error::from_err_ptr(pd)?)
+            .map(Pd)
+            .ok_or(ENOMEM)
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: Ours; everything made on it was destroyed first (field order of the owners).
+        unsafe { bindings::ibext_test_dealloc_pd(self.0.as_ptr()) };
+    }
+}
+
+/// A pool made through the C entry point; destroyed when dropped if the test did not.
+struct Pool(*mut bindings::ibext_srq_pool);
+
+impl Pool {
+    fn create(pd: &Pd, attr: &bindings::ibext_srq_pool_attr) -> Result<Self> {
+        // SAFETY: `pd` is live and outlives the pool (`Pool`s are dropped before their `Pd`).
+        let p = unsafe { ibext_srq_pool_create(pd.0.as_ptr(), attr) };
+        Ok(Pool(kernel::error::from_err_ptr(p)?))
+    }
+
+    fn get(&self) -> &SrqPool {
+        // SAFETY: A live pool (not yet destroyed) is the `SrqPool` itself.
+        unsafe { &*self.0.cast::<SrqPool>() }
+    }
+
+    /// `ibext_srq_pool_destroy`; on success the pool is gone.
+    fn destroy(&mut self) -> i32 {
+        if self.0.is_null() {
+            return 0;
+        }
+        // SAFETY: Live pool.
+        let r = unsafe { ibext_srq_pool_destroy(self.0) };
+        if r == 0 {
+            self.0 = core::ptr::null_mut();
+        }
+        r
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let _ = self.destroy();
+    }
+}
+
+fn attr(
+    nr_srqs: u32,
+    srq_size: u32,
+    buf_size: u32,
+    rx: Option<&Rx>,
+) -> bindings::ibext_srq_pool_attr {
+    bindings::ibext_srq_pool_attr {
+        nr_srqs,
+        srq_size,
+        max_sge: 1,
+        buf_size,
+        recv_done: rx.map(|_| rx_done as _),
+        ctx: rx.map_or(core::ptr::null_mut(), |r| {
+            core::ptr::from_ref(r).cast_mut().cast()
+        }),
+    }
+}
+
+/// Bytes per message.
+const MSG: usize = 48;
+
+/// Byte `i` of message `seq` of QP `qp`; the first 8 bytes carry `qp` and `seq`.
+fn payload_byte(qp: u32, seq: u32, i: usize) -> u8 {
+    (qp.wrapping_mul(31) ^ seq.wrapping_mul(7) ^ (i as u32).wrapping_mul(13)) as u8
+}
+
+/// What the receive callback checks and counts.
+struct Rx {
+    qps: KVec<*mut bindings::ib_qp>,
+    srqs: KVec<*mut bindings::ib_srq>,
+    per_qp: u32,
+    /// One bit per message.
+    seen: KVec<AtomicU64>,
+    received: AtomicU64,
+    dups: AtomicU64,
+    bad: AtomicU64,
+}
+
+// SAFETY: The raw pointers are only compared; the counters are atomics.
+unsafe impl Sync for Rx {}
+
+/// The pool's `recv_done` for the tests.
+///
+/// # Safety
+///
+/// Called by ibext only, with `ctx` a live [`Rx`] and `buf` the received buffer.
+unsafe extern "C" fn rx_done(
+    srq: *mut bindings::ib_srq,
+    wc: *mut bindings::ib_wc,
+    buf: *mut c_void,
+    ctx: *mut c_void,
+) {
+    // SAFETY: The callback contract.
+    let (rx, wc) = unsafe { (&*ctx.cast::<Rx>(), &*wc) };
+    let buf = buf.cast::<u8>();
+    // SAFETY: `buf` holds at least the pool's `buf_size` bytes, which is at least `MSG`.
+    let b = |i: usize| unsafe { buf.add(i).read_volatile() };
+    let word = |at: usize| u32::from_le_bytes([b(at), b(at + 1), b(at + 2), b(at + 3)]);
+    let (qp, seq) = (word(0), word(4));
+    let mut ok = wc.byte_len as usize == MSG
+        && wc.opcode == bindings::ib_wc_opcode_IB_WC_RECV
+        && qp < rx.qps.len() as u32
+        && seq < rx.per_qp;
+    ok = ok && rx.qps[qp as usize] == wc.qp && rx.srqs[qp as usize] == srq;
+    ok = ok && (8..MSG).all(|i| b(i) == payload_byte(qp, seq, i));
+    if !ok {
+        rx.bad.fetch_add(1, Ordering::AcqRel);
+    } else {
+        let id = (qp * rx.per_qp + seq) as usize;
+        let bit = 1u64 << (id % 64);
+        if rx.seen[id / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            rx.dups.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    rx.received.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Send completions of one QP.
+#[repr(C)]
+struct SendCtx {
+    cqe: bindings::ib_cqe,
+    done: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// # Safety
+///
+/// Called by the completion engine only, with a `wr_cqe` that is a live [`SendCtx`].
+unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: The callback contract; `cqe` is the first field of `SendCtx`.
+    let (wc, ctx) = unsafe {
+        let wc = &*wc;
+        (wc, &*wc.__bindgen_anon_1.wr_cqe.cast::<SendCtx>())
+    };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        ctx.errors.fetch_add(1, Ordering::AcqRel);
+    }
+    ctx.done.fetch_add(1, Ordering::AcqRel);
+}
+
+/// A QP destroyed when dropped.
+struct Qp(*mut bindings::ib_qp);
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: Ours and live.
+        unsafe { bindings::ibext_test_destroy_qp(self.0) };
+    }
+}
+
+/// An SRQ reference, put back when dropped.
+struct SrqRef(*mut bindings::ibext_srq_pool, *mut bindings::ib_srq);
+
+impl Drop for SrqRef {
+    fn drop(&mut self) {
+        // SAFETY: The pool outlives its references (field order of `Fleet`).
+        unsafe { ibext_srq_pool_put(self.0, self.1) };
+    }
+}
+
+/// Loopback QPs on pooled SRQs and pooled CQs. Fields drop in order: QPs, SRQ references,
+/// CQs, send buffers, the pool, the PD.
+struct Fleet {
+    qps: KVec<Qp>,
+    refs: KVec<SrqRef>,
+    cqs: KVec<PooledCq>,
+    sends: KVec<KBox<SendCtx>>,
+    bufs: KVec<(KVec<u8>, u64)>,
+    dev: *mut bindings::ib_device,
+    pool: Pool,
+    rx: KBox<Rx>,
+    pd: Pd,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // The QPs first (a field's own drop would run after this); then the rest in order.
+        drop(core::mem::replace(&mut self.qps, KVec::new()));
+        for (buf, dma) in self.bufs.iter() {
+            // SAFETY: Mapped in `Fleet::new` with this length.
+            unsafe { bindings::ibext_test_dma_unmap(self.dev, *dma, buf.len()) };
+        }
+    }
+}
+
+impl Fleet {
+    /// `qps` loopback QPs on `dev`, each with `per_qp` messages to send, their receives from a
+    /// pool of `nr_srqs` SRQs (0: one per vector) of `srq_size` managed buffers.
+    fn new(dev: &Device, qps: usize, per_qp: u32, nr_srqs: u32, srq_size: u32) -> Result<Self> {
+        let pd = Pd::new(dev)?;
+        let words = (qps * per_qp as usize).div_ceil(64);
+        let mut seen = KVec::with_capacity(words, GFP_KERNEL)?;
+        for _ in 0..words {
+            seen.push(AtomicU64::new(0), GFP_KERNEL)?;
+        }
+        let rx = KBox::new(
+            Rx {
+                qps: KVec::with_capacity(qps, GFP_KERNEL)?,
+                srqs: KVec::with_capacity(qps, GFP_KERNEL)?,
+                per_qp,
+                seen,
+                received: AtomicU64::new(0),
+                dups: AtomicU64::new(0),
+                bad: AtomicU64::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        let pool = Pool::create(&pd, &attr(nr_srqs, srq_size, 64, Some(&rx)))?;
+        let mut f = Fleet {
+            qps: KVec::new(),
+            refs: KVec::new(),
+            cqs: KVec::new(),
+            sends: KVec::new(),
+            bufs: KVec::new(),
+            dev: dev.as_raw(),
+            pool,
+            rx,
+            pd,
+        };
+        for i in 0..qps {
+            let cq = PooledCq::get(dev, 96, i as i32, PollCtx::Softirq, Moderation::Dim)?;
+            // SAFETY: Live pool.
+            let srq =
+                kernel::error::from_err_ptr(unsafe { ibext_srq_pool_get(f.pool.0, i as i32) })?;
+            f.refs.push(SrqRef(f.pool.0, srq), GFP_KERNEL)?;
+            // SAFETY: PD and CQ live; the SRQ is referenced until after the QP is destroyed.
+            let qp = kernel::error::from_err_ptr(unsafe {
+                bindings::ibext_test_create_qp(
+                    f.pd.0.as_ptr(),
+                    cq.as_raw(),
+                    cq.as_raw(),
+                    srq,
+                    32,
+                    0,
+                )
+            })?;
+            f.qps.push(Qp(qp), GFP_KERNEL)?;
+            f.cqs.push(cq, GFP_KERNEL)?;
+            // SAFETY: Our QP.
+            kernel::error::to_result(unsafe { bindings::ibext_test_connect_self(qp) })?;
+            // Within the capacity reserved above; nothing reads these before traffic starts.
+            f.rx.qps.push(qp, GFP_KERNEL)?;
+            f.rx.srqs.push(srq, GFP_KERNEL)?;
+            let mut buf = KVec::from_elem(0u8, per_qp as usize * MSG, GFP_KERNEL)?;
+            for seq in 0..per_qp {
+                let m = &mut buf[seq as usize * MSG..(seq as usize + 1) * MSG];
+                m[..4].copy_from_slice(&(i as u32).to_le_bytes());
+                m[4..8].copy_from_slice(&seq.to_le_bytes());
+                for (k, byte) in m.iter_mut().enumerate().skip(8) {
+                    *byte = payload_byte(i as u32, seq, k);
+                }
+            }
+            // SAFETY: `dev` registered; `buf` is kmalloc'd and unmapped in `drop`.
+            let dma = unsafe {
+                bindings::ibext_test_dma_map(dev.as_raw(), buf.as_mut_ptr().cast(), buf.len())
+            };
+            if dma == 0 {
+                return Err(ENOMEM);
+            }
+            f.bufs.push((buf, dma), GFP_KERNEL)?;
+            f.sends.push(
+                KBox::new(
+                    SendCtx {
+                        cqe: bindings::ib_cqe {
+                            done: Some(send_done),
+                        },
+                        done: AtomicU64::new(0),
+                        errors: AtomicU64::new(0),
+                    },
+                    GFP_KERNEL,
+                )?,
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(f)
+    }
+
+    /// Sends every message, `window` per QP at a time, and waits for every receive.
+    fn run(&self, window: u32) -> TestResult {
+        // SAFETY: The PD is live.
+        let lkey = unsafe { bindings::ibext_test_pd_lkey(self.pd.0.as_ptr()) };
+        let per_qp = self.rx.per_qp;
+        let mut seq = 0;
+        while seq < per_qp {
+            let n = window.min(per_qp - seq);
+            for (i, qp) in self.qps.iter().enumerate() {
+                let (_, dma) = self.bufs[i];
+                let ctx: *const SendCtx = &*self.sends[i];
+                for k in 0..n {
+                    let at = dma + u64::from(seq + k) * MSG as u64;
+                    // SAFETY: Live QP; the context and buffer outlive the send.
+                    let r = unsafe {
+                        bindings::ibext_test_post_send(
+                            qp.0,
+                            ctx.cast_mut().cast(),
+                            at,
+                            MSG as u32,
+                            lkey,
+                            0,
+                            0,
+                            0,
+                        )
+                    };
+                    kassert_eq!(r, 0, "post_send qp {} seq {}", i, seq + k);
+                }
+            }
+            seq += n;
+            let want = u64::from(seq);
+            let mut waited = 0;
+            while self
+                .sends
+                .iter()
+                .any(|s| s.done.load(Ordering::Acquire) < want)
+            {
+                kassert!(waited < 30_000, "sends of round {} did not complete", seq);
+                msleep(2);
+                waited += 2;
+            }
+        }
+        let total = (self.qps.len() as u64) * u64::from(per_qp);
+        let mut waited = 0;
+        while self.rx.received.load(Ordering::Acquire) < total {
+            kassert!(
+                waited < 30_000,
+                "{} of {} received",
+                self.rx.received.load(Ordering::Acquire),
+                total
+            );
+            msleep(2);
+            waited += 2;
+        }
+        for s in self.sends.iter() {
+            kassert_eq!(s.errors.load(Ordering::Acquire), 0);
+        }
+        kassert_eq!(self.rx.received.load(Ordering::Acquire), total);
+        kassert_eq!(self.rx.bad.load(Ordering::Acquire), 0);
+        kassert_eq!(self.rx.dups.load(Ordering::Acquire), 0);
+        let all = self.rx.seen.iter().enumerate().all(|(w, bits)| {
+            let n = (total as usize).saturating_sub(w * 64).min(64);
+            let want = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            bits.load(Ordering::Acquire) == want
+        });
+        kassert!(all, "a message was never received");
+        Ok(())
+    }
+}
+
+/// 16 loopback QPs on a pool of one SRQ per vector with 64 managed buffers each (fewer than
+/// the messages, so every buffer is reposted many times): every message arrives exactly once,
+/// with its payload, on its own QP through its SRQ; the references balance.
+fn traffic_exactly_once() -> TestResult {
+    const QPS: usize = 16;
+    const PER_QP: u32 = 96;
+    let dev = rxe0()?;
+    let made = ledger::counts(Kind::SrqPool).made;
+    {
+        let mut f = Fleet::new(dev.device(), QPS, PER_QP, 0, 64).map_err(|_| Failed)?;
+        let pool = f.pool.get();
+        let vectors = dev.device().usable_comp_vectors();
+        kassert_eq!(pool.plan().nr_srqs, vectors);
+        kassert_eq!(pool.posted(), u64::from(vectors) * 64);
+        kassert_eq!(pool.buffer_bytes(), u64::from(vectors) * 64 * 64);
+        // One SRQ per vector: QP i's SRQ is SRQ i % vectors.
+        for (i, r) in f.refs.iter().enumerate() {
+            kassert!(Some(r.1) == pool.srq(i % vectors as usize), "QP {} SRQ", i);
+        }
+        let refs = pool.refs();
+        kassert_eq!(refs.iter().sum::<u32>(), QPS as u32);
+        f.run(8)?;
+        kassert_eq!(f.pool.get().completions(), (QPS as u64) * u64::from(PER_QP));
+        kernel::kunit::info(format_args!(
+            "    # srq traffic: {} messages over {} SRQs of 64 buffers, {} limit events\n",
+            QPS as u32 * PER_QP,
+            vectors,
+            f.pool.get().limit_events()
+        ));
+        // QPs, then references: the pool can go.
+        drop(core::mem::replace(&mut f.qps, KVec::new()));
+        drop(core::mem::replace(&mut f.refs, KVec::new()));
+        kassert!(f.pool.get().refs().iter().all(|&r| r == 0));
+        kassert_eq!(f.pool.destroy(), 0);
+    }
+    kassert_eq!(ledger::counts(Kind::SrqPool).made, made + 1);
+    kassert_eq!(ledger::counts(Kind::SrqPool).live(), 0);
+    Ok(())
+}
+
+/// References follow the hints; destroy with references is -EBUSY and changes nothing.
+fn references_and_busy() -> TestResult {
+    let dev = rxe0()?;
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let vectors = dev.device().usable_comp_vectors();
+    let mut pool = Pool::create(&pd, &attr(0, 16, 0, None)).map_err(|_| Failed)?;
+    let mut taken = KVec::new();
+    for hint in 0..(4 * vectors as i32) {
+        // SAFETY: Live pool.
+        let srq = unsafe { ibext_srq_pool_get(pool.0, hint) };
+        kassert!(Some(srq) == pool.get().srq(hint as usize % vectors as usize));
+        taken.push(srq, GFP_KERNEL).map_err(|_| Failed)?;
+    }
+    kassert!(pool.get().refs().iter().all(|&r| r == 4));
+    // A negative hint takes the least-referenced SRQ: after one such get, SRQ 0 has 5.
+    // SAFETY: Live pool.
+    let extra = unsafe { ibext_srq_pool_get(pool.0, -1) };
+    kassert!(Some(extra) == pool.get().srq(0));
+    taken.push(extra, GFP_KERNEL).map_err(|_| Failed)?;
+    kassert_eq!(pool.destroy(), EBUSY.to_errno());
+    bad_input_ok("srq_destroy.busy");
+    kassert_eq!(pool.get().refs().iter().sum::<u32>(), 4 * vectors + 1);
+    for srq in taken.iter() {
+        // SAFETY: Live pool; each reference was taken above.
+        unsafe { ibext_srq_pool_put(pool.0, *srq) };
+    }
+    kassert!(pool.get().refs().iter().all(|&r| r == 0));
+    kassert_eq!(pool.destroy(), 0);
+
+    // Fewer SRQs than vectors: the least-referenced one, so two SRQs share evenly.
+    let mut pool = Pool::create(&pd, &attr(2, 16, 0, None)).map_err(|_| Failed)?;
+    let mut taken = KVec::new();
+    for hint in 0..10 {
+        // SAFETY: Live pool.
+        taken
+            .push(unsafe { ibext_srq_pool_get(pool.0, hint) }, GFP_KERNEL)
+            .map_err(|_| Failed)?;
+    }
+    let refs = pool.get().refs();
+    kassert!(
+        refs.len() == 2 && refs[0] == 5 && refs[1] == 5,
+        "{:?}",
+        &refs[..]
+    );
+    for srq in taken.iter() {
+        // SAFETY: As above.
+        unsafe { ibext_srq_pool_put(pool.0, *srq) };
+    }
+    kassert_eq!(pool.destroy(), 0);
+    Ok(())
+}
+
+/// Every request the pool must refuse, and every caller bug.
+fn bad_input() -> TestResult {
+    let dev = rxe0()?;
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let einval = EINVAL.to_errno() as isize;
+    let made = ledger::counts(Kind::SrqPool).made;
+    let rx = Rx {
+        qps: KVec::new(),
+        srqs: KVec::new(),
+        per_qp: 1,
+        seen: KVec::new(),
+        received: AtomicU64::new(0),
+        dups: AtomicU64::new(0),
+        bad: AtomicU64::new(0),
+    };
+    let max_srq = dev.device().attrs().max_srq as u32;
+    let max_sge = dev.device().attrs().max_srq_sge as u32;
+    let bad_sge = |sge| bindings::ibext_srq_pool_attr {
+        max_sge: sge,
+        ..attr(0, 16, 0, None)
+    };
+    let mut no_cb = attr(0, 16, 64, Some(&rx));
+    no_cb.recv_done = None;
+    let cases: [(&str, bindings::ibext_srq_pool_attr); 7] = [
+        ("srq_create.zero_size", attr(0, 0, 0, None)),
+        ("srq_create.zero_sge", bad_sge(0)),
+        ("srq_create.over_max_sge", bad_sge(max_sge + 1)),
+        ("srq_create.over_max_srq", attr(max_srq + 1, 16, 0, None)),
+        ("srq_create.big_buf", attr(0, 16, 64 * 1024 + 1, Some(&rx))),
+        ("srq_create.buf_without_recv_done", no_cb),
+        (
+            "srq_create.recv_done_without_buf",
+            attr(0, 16, 0, Some(&rx)),
+        ),
+    ];
+    for (id, a) in cases {
+        // SAFETY: Live PD; `a` is valid.
+        let p = unsafe { ibext_srq_pool_create(pd.0.as_ptr(), &a) };
+        kassert!(p as isize == einval, "{}: {:?}", id, p);
+        bad_input_ok(id);
+    }
+    let ok = attr(0, 16, 0, None);
+    // SAFETY: Null arguments are refused before use.
+    let p = unsafe { ibext_srq_pool_create(core::ptr::null_mut(), &ok) };
+    kassert!(p as isize == einval);
+    bad_input_ok("srq_create.null_pd");
+    // SAFETY: As above.
+    let p = unsafe { ibext_srq_pool_create(pd.0.as_ptr(), core::ptr::null()) };
+    kassert!(p as isize == einval);
+    bad_input_ok("srq_create.null_attr");
+
+    // A device without SRQs: rxe0's attributes say so for the length of one call.
+    {
+        // SAFETY: The attributes are plain data in the registered device; nothing else reads
+        // `max_srq` while this test runs, and it is restored at once.
+        let attrs = unsafe { &mut (*dev.device().as_raw()).attrs };
+        let saved = attrs.max_srq;
+        attrs.max_srq = 0;
+        // SAFETY: Live PD.
+        let p = unsafe { ibext_srq_pool_create(pd.0.as_ptr(), &ok) };
+        attrs.max_srq = saved;
+        kassert!(p as isize == eopnotsupp().to_errno() as isize, "{:?}", p);
+        bad_input_ok("srq_create.no_srq");
+    }
+    kassert_eq!(ledger::counts(Kind::SrqPool).made, made);
+
+    // SAFETY: Null is refused.
+    let s = unsafe { ibext_srq_pool_get(core::ptr::null_mut(), 0) };
+    kassert!(s as isize == einval);
+    bad_input_ok("srq_get.null_pool");
+    // SAFETY: Null is refused.
+    kassert_eq!(
+        unsafe { ibext_srq_pool_destroy(core::ptr::null_mut()) },
+        EINVAL.to_errno()
+    );
+    bad_input_ok("srq_destroy.null");
+
+    let a = Pool::create(&pd, &ok).map_err(|_| Failed)?;
+    let b = Pool::create(&pd, &ok).map_err(|_| Failed)?;
+    // SAFETY: Live pools.
+    let (sa, sb) = unsafe { (ibext_srq_pool_get(a.0, 0), ibext_srq_pool_get(b.0, 0)) };
+    let warned = expect_warnings(|| {
+        // SAFETY: Null is refused with a warning.
+        unsafe { ibext_srq_pool_put(core::ptr::null_mut(), sa) };
+    });
+    kassert_eq!(warned, 1);
+    bad_input_ok("srq_put.null_pool");
+    let warned = expect_warnings(|| {
+        // SAFETY: Live pool; `sb` is of the other pool.
+        unsafe { ibext_srq_pool_put(a.0, sb) };
+    });
+    kassert_eq!(warned, 1);
+    bad_input_ok("srq_put.foreign");
+    // SAFETY: Live pools; each puts back its own reference.
+    unsafe {
+        ibext_srq_pool_put(a.0, sa);
+        ibext_srq_pool_put(b.0, sb);
+    }
+    let warned = expect_warnings(|| {
+        // SAFETY: Live pool; the reference was already put back.
+        unsafe { ibext_srq_pool_put(a.0, sa) };
+    });
+    kassert_eq!(warned, 1);
+    bad_input_ok("srq_put.over");
+    kassert!(a.get().refs().iter().all(|&r| r == 0));
+    kassert!(b.get().refs().iter().all(|&r| r == 0));
+    drop((a, b));
+    Ok(())
+}
+
+/// A forced allocation failure at every step of making a pool with managed buffers unwinds it
+/// all: -ENOMEM, no pool, no SRQ, no mapping left (the PD is deallocated cleanly at the end).
+fn allocation_failure_unwinds() -> TestResult {
+    let dev = rxe0()?;
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let rx = KBox::new(
+        Rx {
+            qps: KVec::new(),
+            srqs: KVec::new(),
+            per_qp: 1,
+            seen: KVec::new(),
+            received: AtomicU64::new(0),
+            dups: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+        },
+        GFP_KERNEL,
+    )
+    .map_err(|_| Failed)?;
+    let a = attr(2, 8, 64, Some(&rx));
+    let mut faults = 0;
+    let mut n = 1;
+    loop {
+        let live = ledger::counts(Kind::SrqPool).live();
+        FAIL_AT.store(n, Ordering::Relaxed);
+        let res = Pool::create(&pd, &a);
+        let left = FAIL_AT.swap(0, Ordering::Relaxed);
+        match res {
+            Err(e) => {
+                kassert_eq!(e, ENOMEM, "fault {}", n);
+                kassert_eq!(left, 0);
+                kassert_eq!(ledger::counts(Kind::SrqPool).live(), live, "fault {}", n);
+                faults += 1;
+            }
+            Ok(mut p) => {
+                kassert!(left > 0, "fault {} was reached but the pool was made", n);
+                kassert_eq!(p.get().posted(), 16);
+                kassert_eq!(p.destroy(), 0);
+                break;
+            }
+        }
+        n += 1;
+        kassert!(n < 1000);
+    }
+    // 3 before the pool, then per SRQ: 1 + 2 per buffer + 1 + 1 per post.
+    kassert_eq!(faults, 3 + 2 * (1 + 2 * 8 + 1 + 8));
+    kernel::kunit::info(format_args!(
+        "    # srq create: {} fault points unwound\n",
+        faults
+    ));
+    Ok(())
+}
+
+/// After every QP and pool is gone, `rdma link delete rxe0` is prompt (nothing of ibext's holds
+/// the device), and the re-added device takes a pool again.
+fn link_delete_after_cleanup() -> TestResult {
+    let res = link_delete_after_cleanup_checks();
+    restore_links();
+    res
+}
+
+fn link_delete_after_cleanup_checks() -> TestResult {
+    {
+        let dev = rxe0()?;
+        let f = Fleet::new(dev.device(), 4, 16, 0, 32).map_err(|_| Failed)?;
+        kassert!(debugfs_exists(&[c_str!("rxe0")]));
+        f.run(4)?;
+        drop(f);
+    }
+    let t = now_ns();
+    kassert_eq!(link_delete(c_str!("rxe0"))?, 0);
+    let ms = (now_ns() - t) / 1_000_000;
+    kernel::kunit::info(format_args!("    # rdma link delete rxe0: {} ms\n", ms));
+    kassert!(ms < 10_000, "rdma link delete took {} ms", ms);
+    kassert_eq!(link_add(c_str!("rxe0"))?, 0);
+    let dev = rxe0()?;
+    let f = Fleet::new(dev.device(), 2, 8, 0, 16).map_err(|_| Failed)?;
+    f.run(4)?;
+    Ok(())
+}
+
+kunit_suite!(
+    ibext_srq,
+    [
+        bad_input,
+        references_and_busy,
+        traffic_exactly_once,
+        allocation_failure_unwinds,
+        link_delete_after_cleanup,
+    ]
+);
