@@ -345,12 +345,16 @@ def bench_report(args, log_path, stamp):
             f.write(json.dumps(r, sort_keys=True) + "\n")
     cols = ["bench", "setup", "qps", "depth", "ops", "ops_per_s", "events_per_1k_completions",
             "lat_mean_ns", "lat_p99_ns", "cqs", "cqe_allocated"]
-    print_table([r for r in rows if r.get("bench") != "gid"], cols)
+    print_table([r for r in rows if r.get("bench") not in ("gid", "srq")], cols)
+    print_table([r for r in rows if r.get("bench") == "srq"],
+                ["bench", "setup", "qps", "vectors", "entries", "buf_size", "recv_bytes",
+                 "ops_per_s"])
     print_table([r for r in rows if r.get("bench") == "gid"],
                 ["bench", "setup", "table", "position", "lookups", "ns_per_lookup"])
     bench_ratios(rows)
     dim_ratios(rows)
     gid_ratios(rows)
+    srq_ratios(rows)
     print(f"bench results: {out}")
 
 
@@ -377,6 +381,16 @@ def gid_ratios(rows):
             print(f"gid table={table} {pos}: rdma_find_gid/ibext "
                   f"{s['rdma_find_gid']['ns_per_lookup'] / ours:.2f}, query_loop/ibext "
                   f"{s['query_loop']['ns_per_lookup'] / ours:.2f}")
+
+
+def srq_ratios(rows):
+    """SRQ pool against per-QP receive queues: memory and ops/s."""
+    s = {r["setup"]: r for r in rows if r.get("bench") == "srq"}
+    if {"per_qp_rq", "srq_pool"} <= set(s):
+        a, b = s["per_qp_rq"], s["srq_pool"]
+        print(f"srq qps={b['qps']}: receive bytes srq_pool/per_qp_rq "
+              f"{b['recv_bytes'] / a['recv_bytes']:.4f} ({b['recv_bytes']} / {a['recv_bytes']}); "
+              f"ops/s srq_pool/per_qp_rq {b['ops_per_s'] / a['ops_per_s']:.2f}")
 
 
 def bench_ratios(rows):

@@ -96,12 +96,20 @@ struct Srq {
     raw: *mut bindings::ib_srq,
     pool: *const SrqPool,
     bufs: KVec<RecvBuf>,
-    posted: AtomicU32,
+    /// Buffers no longer posted: flushed, or their repost failed. The others are posted, or
+    /// inside the handler on their way back.
+    lost: AtomicU64,
     completions: AtomicU64,
     errors: AtomicU64,
     repost_failures: AtomicU64,
     limit_events: AtomicU64,
     limit_hit: AtomicBool,
+}
+
+impl Srq {
+    fn posted(&self) -> u64 {
+        (self.bufs.len() as u64).saturating_sub(self.lost.load(Ordering::Relaxed))
+    }
 }
 
 /// References of each SRQ, and whether the pool is being destroyed.
@@ -247,7 +255,7 @@ impl SrqPool {
                     raw: core::ptr::null_mut(),
                     pool: me,
                     bufs,
-                    posted: AtomicU32::new(0),
+                    lost: AtomicU64::new(0),
                     completions: AtomicU64::new(0),
                     errors: AtomicU64::new(0),
                     repost_failures: AtomicU64::new(0),
@@ -303,7 +311,6 @@ impl SrqPool {
             srq.raw = from_err_ptr(made)?;
             for b in srq.bufs.iter() {
                 fault_point()?;
-                srq.posted.fetch_add(1, Ordering::Relaxed);
                 // SAFETY: The SRQ is live; the buffer is mapped and outlives the SRQ.
                 let r = unsafe {
                     bindings::ibext_shim_post_srq_recv(
@@ -315,7 +322,6 @@ impl SrqPool {
                     )
                 };
                 if r != 0 {
-                    srq.posted.fetch_sub(1, Ordering::Relaxed);
                     return Err(Error::from_errno(r));
                 }
             }
@@ -394,12 +400,9 @@ impl SrqPool {
         self.srqs.get(i).map(|s| s.raw)
     }
 
-    /// Returns the receive buffers posted now, over all SRQs.
+    /// Returns the managed buffers posted (or on their way back to the SRQ), over all SRQs.
     pub(crate) fn posted(&self) -> u64 {
-        self.srqs
-            .iter()
-            .map(|s| u64::from(s.posted.load(Ordering::Relaxed)))
-            .sum()
+        self.srqs.iter().map(Srq::posted).sum()
     }
 
     /// Returns the bytes of receive buffer memory the pool holds.
@@ -490,7 +493,6 @@ unsafe extern "C" fn recv_buf_done(_cq: *mut bindings::ib_cq, wc: *mut bindings:
     };
     // SAFETY: A buffer's `srq` and the `Srq`'s `pool` outlive every posted receive.
     let (srq, pool) = unsafe { (&*b.srq, &*(*b.srq).pool) };
-    srq.posted.fetch_sub(1, Ordering::Relaxed);
     let dev = pool.dev.as_ptr();
     let len = b.data.len();
     if wc_ref.status == bindings::ib_wc_status_IB_WC_SUCCESS {
@@ -507,18 +509,18 @@ unsafe extern "C" fn recv_buf_done(_cq: *mut bindings::ib_cq, wc: *mut bindings:
     } else {
         srq.errors.fetch_add(1, Ordering::Relaxed);
         if wc_ref.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR {
+            srq.lost.fetch_add(1, Ordering::Relaxed);
             return;
         }
     }
     // SAFETY: The PD is live while the pool is.
     let lkey = unsafe { (*pool.pd.as_ptr()).local_dma_lkey };
-    srq.posted.fetch_add(1, Ordering::Relaxed);
     // SAFETY: The SRQ is live while its pool is, and the buffer stays mapped.
     let r = unsafe {
         bindings::ibext_shim_post_srq_recv(srq.raw, b.cqe.get(), b.dma, len as u32, lkey)
     };
     if r != 0 {
-        srq.posted.fetch_sub(1, Ordering::Relaxed);
+        srq.lost.fetch_add(1, Ordering::Relaxed);
         srq.repost_failures.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -586,7 +588,7 @@ impl Show for SrqPool {
                 "srq {} refs {} posted {} completions {} errors {} repost_failures {} limit_events {}",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
-                s.posted.load(Ordering::Relaxed),
+                s.posted(),
                 s.completions.load(Ordering::Relaxed),
                 s.errors.load(Ordering::Relaxed),
                 s.repost_failures.load(Ordering::Relaxed),

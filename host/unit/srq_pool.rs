@@ -103,8 +103,9 @@ fn hint_picks_its_vector_when_there_is_one_srq_per_vector() {
     for hint in 0..16 {
         assert_eq!(choose(&refs, 4, hint), Some(hint as usize % 4));
     }
-    // More vectors in use than the device's SRQs would cover are folded as nvmet folds them.
-    assert_eq!(choose(&[0, 0, 0, 0, 0, 0], 4, 5), Some(1));
+    // More SRQs than vectors (asked for): every SRQ is used, hint modulo the SRQs.
+    assert_eq!(choose(&[0, 0, 0, 0, 0, 0], 4, 5), Some(5));
+    assert_eq!(choose(&[0, 0, 0, 0], 2, 3), Some(3));
 }
 
 #[test]

@@ -91,17 +91,17 @@ pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
 
 /// Returns the SRQ a QP with completion vector `hint` gets, from the references each SRQ has.
 ///
-/// With at least one SRQ per vector, the SRQ of the hint's vector (`hint % vectors`, then
-/// modulo the SRQs, as nvmet does); with fewer SRQs than vectors, or a negative hint, the
-/// least-referenced SRQ, the lowest index on a tie. `None` only for a pool without SRQs.
+/// With at least one SRQ per vector, SRQ `hint % nr_srqs` (nvmet's `comp_vector % srq_count`):
+/// with the default one SRQ per vector, the SRQ of the hint's vector. With fewer SRQs than
+/// vectors, or a negative hint, the least-referenced SRQ, the lowest index on a tie. `None` only
+/// for a pool without SRQs.
 pub(crate) fn choose(refs: &[u32], vectors: u32, hint: i32) -> Option<usize> {
     if refs.is_empty() {
         return None;
     }
-    let vectors = vectors.max(1) as usize;
     if let Ok(h) = usize::try_from(hint) {
-        if refs.len() >= vectors {
-            return Some((h % vectors) % refs.len());
+        if refs.len() >= vectors.max(1) as usize {
+            return Some(h % refs.len());
         }
     }
     refs.iter()

@@ -20,6 +20,7 @@
 use super::{
     gid::gid_bench,
     guest::DeviceRef,
+    srq::srq_bench,
     stream::{now_ns, Stream},
 };
 use crate::{
@@ -403,4 +404,8 @@ fn dim_bench() -> TestResult {
     Ok(())
 }
 
-kunit_suite!(ibext_bench, [cq_pool_bench, dim_bench, gid_bench], slow);
+kunit_suite!(
+    ibext_bench,
+    [cq_pool_bench, dim_bench, gid_bench, srq_bench],
+    slow
+);

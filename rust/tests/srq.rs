@@ -130,26 +130,21 @@ struct Rx {
     received: AtomicU64,
     dups: AtomicU64,
     bad: AtomicU64,
+    /// Receives of per-QP queues flushed when the QPs were moved to the error state.
+    flushed: AtomicU64,
 }
 
 // SAFETY: The raw pointers are only compared; the counters are atomics.
 unsafe impl Sync for Rx {}
 
-/// The pool's `recv_done` for the tests.
+/// Checks one received message and marks it seen: its length, opcode, QP, SRQ (null for a
+/// per-QP receive queue) and payload.
 ///
 /// # Safety
 ///
-/// Called by ibext only, with `ctx` a live [`Rx`] and `buf` the received buffer.
-unsafe extern "C" fn rx_done(
-    srq: *mut bindings::ib_srq,
-    wc: *mut bindings::ib_wc,
-    buf: *mut c_void,
-    ctx: *mut c_void,
-) {
-    // SAFETY: The callback contract.
-    let (rx, wc) = unsafe { (&*ctx.cast::<Rx>(), &*wc) };
-    let buf = buf.cast::<u8>();
-    // SAFETY: `buf` holds at least the pool's `buf_size` bytes, which is at least `MSG`.
+/// `buf` holds at least `MSG` bytes.
+unsafe fn check(rx: &Rx, wc: &bindings::ib_wc, buf: *const u8, srq: *mut bindings::ib_srq) {
+    // SAFETY: The caller's guarantee.
     let b = |i: usize| unsafe { buf.add(i).read_volatile() };
     let word = |at: usize| u32::from_le_bytes([b(at), b(at + 1), b(at + 2), b(at + 3)]);
     let (qp, seq) = (word(0), word(4));
@@ -169,6 +164,70 @@ unsafe extern "C" fn rx_done(
         }
     }
     rx.received.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The pool's `recv_done` for the tests.
+///
+/// # Safety
+///
+/// Called by ibext only, with `ctx` a live [`Rx`] and `buf` the received buffer.
+unsafe extern "C" fn rx_done(
+    srq: *mut bindings::ib_srq,
+    wc: *mut bindings::ib_wc,
+    buf: *mut c_void,
+    ctx: *mut c_void,
+) {
+    // SAFETY: The callback contract; the pool's buffers are at least `MSG` bytes.
+    unsafe { check(&*ctx.cast::<Rx>(), &*wc, buf.cast(), srq) };
+}
+
+/// One receive of a per-QP receive queue (the benchmark's baseline), reposted after each
+/// completion.
+#[repr(C)]
+struct RqSlot {
+    cqe: bindings::ib_cqe,
+    buf: KVec<u8>,
+    dma: u64,
+    qp: *mut bindings::ib_qp,
+    rx: *const Rx,
+    lkey: u32,
+}
+
+/// # Safety
+///
+/// Called by the completion engine only, with a `wr_cqe` that is a live [`RqSlot`].
+unsafe extern "C" fn rq_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: The callback contract; `cqe` is the first field of `RqSlot`, whose `rx` outlives
+    // its receives.
+    let (wc, slot) = unsafe {
+        let wc = &*wc;
+        (wc, &*wc.__bindgen_anon_1.wr_cqe.cast::<RqSlot>())
+    };
+    // SAFETY: As above.
+    let rx = unsafe { &*slot.rx };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        if wc.status == bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR {
+            rx.flushed.fetch_add(1, Ordering::AcqRel);
+        } else {
+            rx.bad.fetch_add(1, Ordering::AcqRel);
+        }
+        return;
+    }
+    // SAFETY: The buffer holds `MSG` bytes or more.
+    unsafe { check(rx, wc, slot.buf.as_ptr(), core::ptr::null_mut()) };
+    // SAFETY: The QP is live until flushed; the slot outlives it.
+    let r = unsafe {
+        bindings::ibext_test_post_recv(
+            slot.qp,
+            core::ptr::from_ref(&slot.cqe).cast_mut(),
+            slot.dma,
+            slot.buf.len() as u32,
+            slot.lkey,
+        )
+    };
+    if r != 0 {
+        rx.bad.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// Send completions of one QP.
@@ -214,35 +273,63 @@ impl Drop for SrqRef {
     }
 }
 
-/// Loopback QPs on pooled SRQs and pooled CQs. Fields drop in order: QPs, SRQ references,
-/// CQs, send buffers, the pool, the PD.
+/// Where a [`Fleet`]'s receives come from.
+#[derive(Clone, Copy)]
+enum Recv {
+    /// An SRQ pool of `nr` SRQs (0: one per vector) of `size` managed buffers.
+    Pool { nr: u32, size: u32 },
+    /// A receive queue of `depth` buffers per QP, reposted by the test (the baseline).
+    PerQp { depth: u32 },
+}
+
+/// Loopback QPs on pooled CQs, receiving from an SRQ pool or their own receive queues. Fields
+/// drop in order after `drop` destroyed the QPs: SRQ references, CQs, send contexts, buffers,
+/// per-QP receive slots, the pool, the receive checker, the PD.
 struct Fleet {
     qps: KVec<Qp>,
     refs: KVec<SrqRef>,
     cqs: KVec<PooledCq>,
     sends: KVec<KBox<SendCtx>>,
     bufs: KVec<(KVec<u8>, u64)>,
+    rq: KVec<RqSlot>,
     dev: *mut bindings::ib_device,
-    pool: Pool,
+    pool: Option<Pool>,
     rx: KBox<Rx>,
     pd: Pd,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        // The QPs first (a field's own drop would run after this); then the rest in order.
+        if !self.rq.is_empty() {
+            // Per-QP receive queues: flush them, and wait for every flushed receive, before the
+            // QPs and the slots go.
+            for qp in self.qps.iter() {
+                // SAFETY: Live QP.
+                unsafe { bindings::ibext_test_qp_to_error(qp.0) };
+            }
+            let posted = self.rq.len() as u64;
+            let mut waited = 0;
+            while self.rx.flushed.load(Ordering::Acquire) < posted && waited < 20_000 {
+                msleep(5);
+                waited += 5;
+            }
+        }
         drop(core::mem::replace(&mut self.qps, KVec::new()));
         for (buf, dma) in self.bufs.iter() {
             // SAFETY: Mapped in `Fleet::new` with this length.
             unsafe { bindings::ibext_test_dma_unmap(self.dev, *dma, buf.len()) };
         }
+        for slot in self.rq.iter().filter(|s| s.dma != 0) {
+            // SAFETY: As above.
+            unsafe { bindings::ibext_test_dma_unmap(self.dev, slot.dma, slot.buf.len()) };
+        }
     }
 }
 
 impl Fleet {
-    /// `qps` loopback QPs on `dev`, each with `per_qp` messages to send, their receives from a
-    /// pool of `nr_srqs` SRQs (0: one per vector) of `srq_size` managed buffers.
-    fn new(dev: &Device, qps: usize, per_qp: u32, nr_srqs: u32, srq_size: u32) -> Result<Self> {
+    /// `qps` loopback QPs on `dev`, each with `per_qp` messages to send, receiving into
+    /// buffers of `buf_size` bytes from `recv`.
+    fn new(dev: &Device, qps: usize, per_qp: u32, recv: Recv, buf_size: u32) -> Result<Self> {
         let pd = Pd::new(dev)?;
         let words = (qps * per_qp as usize).div_ceil(64);
         let mut seen = KVec::with_capacity(words, GFP_KERNEL)?;
@@ -258,28 +345,47 @@ impl Fleet {
                 received: AtomicU64::new(0),
                 dups: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
+                flushed: AtomicU64::new(0),
             },
             GFP_KERNEL,
         )?;
-        let pool = Pool::create(&pd, &attr(nr_srqs, srq_size, 64, Some(&rx)))?;
+        let (pool, rq_depth) = match recv {
+            Recv::Pool { nr, size } => (
+                Some(Pool::create(&pd, &attr(nr, size, buf_size, Some(&rx)))?),
+                0,
+            ),
+            Recv::PerQp { depth } => (None, depth),
+        };
+        // SAFETY: The PD is live.
+        let lkey = unsafe { bindings::ibext_test_pd_lkey(pd.0.as_ptr()) };
         let mut f = Fleet {
             qps: KVec::new(),
             refs: KVec::new(),
             cqs: KVec::new(),
             sends: KVec::new(),
             bufs: KVec::new(),
+            rq: KVec::with_capacity(qps * rq_depth as usize, GFP_KERNEL)?,
             dev: dev.as_raw(),
             pool,
             rx,
             pd,
         };
         for i in 0..qps {
-            let cq = PooledCq::get(dev, 96, i as i32, PollCtx::Softirq, Moderation::Dim)?;
-            // SAFETY: Live pool.
-            let srq =
-                kernel::error::from_err_ptr(unsafe { ibext_srq_pool_get(f.pool.0, i as i32) })?;
-            f.refs.push(SrqRef(f.pool.0, srq), GFP_KERNEL)?;
-            // SAFETY: PD and CQ live; the SRQ is referenced until after the QP is destroyed.
+            // The same CQ share and no moderation whatever the receive setup, so that the
+            // benchmark compares receive queues only.
+            let cq = PooledCq::get(dev, 64 + 256, i as i32, PollCtx::Softirq, Moderation::None)?;
+            let srq = match &f.pool {
+                Some(pool) => {
+                    // SAFETY: Live pool.
+                    let srq = kernel::error::from_err_ptr(unsafe {
+                        ibext_srq_pool_get(pool.0, i as i32)
+                    })?;
+                    f.refs.push(SrqRef(pool.0, srq), GFP_KERNEL)?;
+                    srq
+                }
+                None => core::ptr::null_mut(),
+            };
+            // SAFETY: PD and CQ live; an SRQ is referenced until after the QP is destroyed.
             let qp = kernel::error::from_err_ptr(unsafe {
                 bindings::ibext_test_create_qp(
                     f.pd.0.as_ptr(),
@@ -287,7 +393,7 @@ impl Fleet {
                     cq.as_raw(),
                     srq,
                     32,
-                    0,
+                    rq_depth,
                 )
             })?;
             f.qps.push(Qp(qp), GFP_KERNEL)?;
@@ -297,6 +403,40 @@ impl Fleet {
             // Within the capacity reserved above; nothing reads these before traffic starts.
             f.rx.qps.push(qp, GFP_KERNEL)?;
             f.rx.srqs.push(srq, GFP_KERNEL)?;
+            let rx: *const Rx = &*f.rx;
+            for _ in 0..rq_depth {
+                // Within the capacity reserved: slots do not move once posted.
+                f.rq.push(
+                    RqSlot {
+                        cqe: bindings::ib_cqe {
+                            done: Some(rq_done),
+                        },
+                        buf: KVec::from_elem(0u8, buf_size as usize, GFP_KERNEL)?,
+                        dma: 0,
+                        qp,
+                        rx,
+                        lkey,
+                    },
+                    GFP_KERNEL,
+                )?;
+                let last = f.rq.len() - 1;
+                let slot = &mut f.rq[last];
+                // SAFETY: `dev` registered; the buffer is kmalloc'd and unmapped in `drop`.
+                slot.dma = unsafe {
+                    bindings::ibext_test_dma_map(
+                        dev.as_raw(),
+                        slot.buf.as_mut_ptr().cast(),
+                        slot.buf.len(),
+                    )
+                };
+                if slot.dma == 0 {
+                    return Err(ENOMEM);
+                }
+                // SAFETY: Live QP; the slot outlives the receive (flushed in `drop`).
+                kernel::error::to_result(unsafe {
+                    bindings::ibext_test_post_recv(qp, &mut slot.cqe, slot.dma, buf_size, lkey)
+                })?;
+            }
             let mut buf = KVec::from_elem(0u8, per_qp as usize * MSG, GFP_KERNEL)?;
             for seq in 0..per_qp {
                 let m = &mut buf[seq as usize * MSG..(seq as usize + 1) * MSG];
@@ -329,6 +469,19 @@ impl Fleet {
             )?;
         }
         Ok(f)
+    }
+
+    /// The pool, for a fleet that receives from one.
+    fn pool(&self) -> core::result::Result<&SrqPool, Failed> {
+        self.pool.as_ref().map(Pool::get).ok_or(Failed)
+    }
+
+    /// Bytes of receive buffers, allocated.
+    fn recv_bytes(&self) -> u64 {
+        match &self.pool {
+            Some(p) => p.get().buffer_bytes(),
+            None => self.rq.iter().map(|s| s.buf.capacity() as u64).sum(),
+        }
     }
 
     /// Sends every message, `window` per QP at a time, and waits for every receive.
@@ -410,8 +563,15 @@ fn traffic_exactly_once() -> TestResult {
     let dev = rxe0()?;
     let made = ledger::counts(Kind::SrqPool).made;
     {
-        let mut f = Fleet::new(dev.device(), QPS, PER_QP, 0, 64).map_err(|_| Failed)?;
-        let pool = f.pool.get();
+        let mut f = Fleet::new(
+            dev.device(),
+            QPS,
+            PER_QP,
+            Recv::Pool { nr: 0, size: 64 },
+            64,
+        )
+        .map_err(|_| Failed)?;
+        let pool = f.pool()?;
         let vectors = dev.device().usable_comp_vectors();
         kassert_eq!(pool.plan().nr_srqs, vectors);
         kassert_eq!(pool.posted(), u64::from(vectors) * 64);
@@ -423,18 +583,18 @@ fn traffic_exactly_once() -> TestResult {
         let refs = pool.refs();
         kassert_eq!(refs.iter().sum::<u32>(), QPS as u32);
         f.run(8)?;
-        kassert_eq!(f.pool.get().completions(), (QPS as u64) * u64::from(PER_QP));
+        kassert_eq!(f.pool()?.completions(), (QPS as u64) * u64::from(PER_QP));
         kernel::kunit::info(format_args!(
             "    # srq traffic: {} messages over {} SRQs of 64 buffers, {} limit events\n",
             QPS as u32 * PER_QP,
             vectors,
-            f.pool.get().limit_events()
+            f.pool()?.limit_events()
         ));
         // QPs, then references: the pool can go.
         drop(core::mem::replace(&mut f.qps, KVec::new()));
         drop(core::mem::replace(&mut f.refs, KVec::new()));
-        kassert!(f.pool.get().refs().iter().all(|&r| r == 0));
-        kassert_eq!(f.pool.destroy(), 0);
+        kassert!(f.pool()?.refs().iter().all(|&r| r == 0));
+        kassert_eq!(f.pool.as_mut().map_or(-1, Pool::destroy), 0);
     }
     kassert_eq!(ledger::counts(Kind::SrqPool).made, made + 1);
     kassert_eq!(ledger::counts(Kind::SrqPool).live(), 0);
@@ -507,6 +667,7 @@ fn bad_input() -> TestResult {
         received: AtomicU64::new(0),
         dups: AtomicU64::new(0),
         bad: AtomicU64::new(0),
+        flushed: AtomicU64::new(0),
     };
     let max_srq = dev.device().attrs().max_srq as u32;
     let max_sge = dev.device().attrs().max_srq_sge as u32;
@@ -617,6 +778,7 @@ fn allocation_failure_unwinds() -> TestResult {
             received: AtomicU64::new(0),
             dups: AtomicU64::new(0),
             bad: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
         },
         GFP_KERNEL,
     )
@@ -666,7 +828,8 @@ fn link_delete_after_cleanup() -> TestResult {
 fn link_delete_after_cleanup_checks() -> TestResult {
     {
         let dev = rxe0()?;
-        let f = Fleet::new(dev.device(), 4, 16, 0, 32).map_err(|_| Failed)?;
+        let f = Fleet::new(dev.device(), 4, 16, Recv::Pool { nr: 0, size: 32 }, 64)
+            .map_err(|_| Failed)?;
         kassert!(debugfs_exists(&[c_str!("rxe0")]));
         f.run(4)?;
         drop(f);
@@ -678,8 +841,50 @@ fn link_delete_after_cleanup_checks() -> TestResult {
     kassert!(ms < 10_000, "rdma link delete took {} ms", ms);
     kassert_eq!(link_add(c_str!("rxe0"))?, 0);
     let dev = rxe0()?;
-    let f = Fleet::new(dev.device(), 2, 8, 0, 16).map_err(|_| Failed)?;
+    let f =
+        Fleet::new(dev.device(), 2, 8, Recv::Pool { nr: 0, size: 16 }, 64).map_err(|_| Failed)?;
     f.run(4)?;
+    Ok(())
+}
+
+/// Issue 6: receive-buffer bytes and ops/s for 64 QPs, per-QP receive queues of 256 against an
+/// SRQ pool of 4 SRQs of 256, buffers of 4 KiB, side by side with the order rotated.
+pub(crate) fn srq_bench() -> TestResult {
+    const QPS: usize = 64;
+    const PER_QP: u32 = 256;
+    const REPS: usize = 5;
+    let dev = rxe0()?;
+    let setups = [
+        (Recv::PerQp { depth: 256 }, "per_qp_rq"),
+        (Recv::Pool { nr: 4, size: 256 }, "srq_pool"),
+    ];
+    let mut ops = [[0u64; REPS]; 2];
+    let mut bytes = [0u64; 2];
+    for rep in 0..REPS {
+        for j in 0..2 {
+            let k = (rep + j) % 2;
+            let f = Fleet::new(dev.device(), QPS, PER_QP, setups[k].0, 4096);
+            kassert!(f.is_ok(), "{}: {:?}", setups[k].1, f.as_ref().err());
+            let f = f.map_err(|_| Failed)?;
+            bytes[k] = f.recv_bytes();
+            let t = now_ns();
+            f.run(8)?;
+            let ns = (now_ns() - t).max(1);
+            ops[k][rep] = (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns;
+        }
+    }
+    for (k, (_, label)) in setups.iter().enumerate() {
+        ops[k].sort_unstable();
+        pr_info!(
+            "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"reps\":{},\"recv_bytes\":{},\"ops_per_s\":{}}}\n",
+            label,
+            QPS,
+            QPS as u32 * PER_QP,
+            REPS,
+            bytes[k],
+            ops[k][REPS / 2]
+        );
+    }
     Ok(())
 }
 
