@@ -377,10 +377,11 @@ impl GidIndex {
             dev,
             ports,
             counters,
-            // SAFETY: (both closures) they only initialize the memory they are given.
+            // SAFETY: Only initializes the memory it is given.
             handler <- Opaque::ffi_init(|h| unsafe {
                 bindings::ibext_shim_init_event_handler(h, raw, Some(gid_event))
             }),
+            // SAFETY: As above.
             work <- Opaque::ffi_init(|w| unsafe {
                 bindings::ibext_shim_init_work(w, Some(rescan_work))
             }),
@@ -536,7 +537,7 @@ impl GidIndex {
         for p in self
             .ports
             .iter()
-            .filter(|p| port.is_none_or(|n| n == p.num))
+            .filter(|p| port.map_or(true, |n| n == p.num))
         {
             match self.find_on_port(p, key, ndev) {
                 Err(e) if e == ENOENT => continue,
@@ -651,11 +652,11 @@ impl Show for GidIndex {
             let _guard = self.rescan.lock();
             for p in self.ports.iter() {
                 let snap = p.snapshot.load(Ordering::Acquire);
-                // SAFETY: Snapshots are replaced only under `rescan`, which we hold.
                 let (entries, slots) = if snap.is_null() {
                     (0, 0)
                 } else {
-                    // SAFETY: As above.
+                    // SAFETY: Snapshots are replaced (and freed) only under `rescan`, which we
+                    // hold.
                     let s = unsafe { &*snap };
                     (policy::bitmap_weight(&s.valid), s.slots.len())
                 };

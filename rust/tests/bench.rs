@@ -286,7 +286,7 @@ fn sort_u64(v: &mut [u64]) {
 }
 
 /// Median of `reps` values.
-fn median(v: &mut [u64]) -> u64 {
+pub(crate) fn median(v: &mut [u64]) -> u64 {
     sort_u64(v);
     v.get(v.len() / 2).copied().unwrap_or(0)
 }

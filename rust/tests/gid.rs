@@ -413,7 +413,7 @@ fn churn_never_wrong() -> TestResult {
                 state.device(),
                 NET,
                 HOSTS,
-                0x2545_f491 ^ (w + 1) * 7919,
+                0x2545_f491 ^ ((w + 1) * 7919),
                 &stop,
                 &tally,
             );
@@ -497,29 +497,29 @@ fn bad_input_is_einval() -> TestResult {
         v
     };
     let is_einval = |p: *const bindings::ib_gid_attr| p as isize == EINVAL.to_errno() as isize;
-    // SAFETY (all calls below): `d` is rxe0, which the test holds; `g` is valid for reads.
+    // The C entry points, `port == None` for `ibext_find_gid`.
+    let find =
+        |dev: *mut bindings::ib_device, gid: *const bindings::ib_gid, t: u32, port: Option<u32>| {
+            // SAFETY: `dev` is null or rxe0, which the test holds; `gid` is null or `g`, valid for
+            // reads; a null `ndev` is only compared.
+            unsafe {
+                match port {
+                    None => ibext_find_gid(dev, gid, t, null_nd),
+                    Some(p) => ibext_find_gid_by_port(dev, gid, t, p, null_nd),
+                }
+            }
+        };
     let cases: [(&str, *const bindings::ib_gid_attr); 7] = [
-        ("gid_find.null_dev", unsafe {
-            ibext_find_gid(null_dev, g, v2, null_nd)
-        }),
-        ("gid_find.null_gid", unsafe {
-            ibext_find_gid(d, null_gid, v2, null_nd)
-        }),
-        ("gid_find.bad_type", unsafe {
-            ibext_find_gid(d, g, bad_type, null_nd)
-        }),
-        ("gid_find_by_port.null_dev", unsafe {
-            ibext_find_gid_by_port(null_dev, g, v2, 1, null_nd)
-        }),
-        ("gid_find_by_port.null_gid", unsafe {
-            ibext_find_gid_by_port(d, null_gid, v2, 1, null_nd)
-        }),
-        ("gid_find_by_port.port_zero", unsafe {
-            ibext_find_gid_by_port(d, g, v2, 0, null_nd)
-        }),
-        ("gid_find_by_port.port_past_end", unsafe {
-            ibext_find_gid_by_port(d, g, v2, last + 1, null_nd)
-        }),
+        ("gid_find.null_dev", find(null_dev, g, v2, None)),
+        ("gid_find.null_gid", find(d, null_gid, v2, None)),
+        ("gid_find.bad_type", find(d, g, bad_type, None)),
+        ("gid_find_by_port.null_dev", find(null_dev, g, v2, Some(1))),
+        ("gid_find_by_port.null_gid", find(d, null_gid, v2, Some(1))),
+        ("gid_find_by_port.port_zero", find(d, g, v2, Some(0))),
+        (
+            "gid_find_by_port.port_past_end",
+            find(d, g, v2, Some(last + 1)),
+        ),
     ];
     for (id, p) in cases {
         kassert!(is_einval(p), "{}: got {:?}", id, p);
@@ -691,9 +691,10 @@ pub(crate) fn gid_bench() -> TestResult {
                 let devs_both = [d0, d1];
                 let devs_one = [dev];
                 let devs: &[&Device] = if both { &devs_both } else { &devs_one };
-                let mut ns = [[0u64; REPS]; 3];
+                // `ns[rep][setup]`
+                let mut ns = [[0u64; 3]; REPS];
                 let mut lookups = [0u64; 3];
-                for rep in 0..REPS {
+                for (rep, row) in ns.iter_mut().enumerate() {
                     for j in 0..3 {
                         let k = (rep + j) % 3;
                         let r = ns_per_lookup(Finder::ALL[k].0, devs, &key);
@@ -705,12 +706,15 @@ pub(crate) fn gid_bench() -> TestResult {
                             n
                         );
                         let (t, cnt) = r.ok_or(Failed)?;
-                        ns[k][rep] = t;
+                        row[k] = t;
                         lookups[k] += cnt;
                     }
                 }
                 for (k, (_, label)) in Finder::ALL.iter().enumerate() {
-                    ns[k].sort_unstable();
+                    let mut col = [0u64; REPS];
+                    for (c, row) in col.iter_mut().zip(ns.iter()) {
+                        *c = row[k];
+                    }
                     pr_info!(
                         "ibext-bench: {{\"bench\":\"gid\",\"setup\":\"{}\",\"table\":{},\"position\":\"{}\",\"reps\":{},\"lookups\":{},\"ns_per_lookup\":{}}}\n",
                         label,
@@ -718,7 +722,7 @@ pub(crate) fn gid_bench() -> TestResult {
                         pos,
                         REPS,
                         lookups[k],
-                        ns[k][REPS / 2]
+                        super::bench::median(&mut col)
                     );
                 }
             }

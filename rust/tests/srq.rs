@@ -635,9 +635,8 @@ fn references_and_busy() -> TestResult {
     let mut taken = KVec::new();
     for hint in 0..10 {
         // SAFETY: Live pool.
-        taken
-            .push(unsafe { ibext_srq_pool_get(pool.0, hint) }, GFP_KERNEL)
-            .map_err(|_| Failed)?;
+        let srq = unsafe { ibext_srq_pool_get(pool.0, hint) };
+        taken.push(srq, GFP_KERNEL).map_err(|_| Failed)?;
     }
     let refs = pool.get().refs();
     kassert!(
@@ -725,10 +724,8 @@ fn bad_input() -> TestResult {
     kassert!(s as isize == einval);
     bad_input_ok("srq_get.null_pool");
     // SAFETY: Null is refused.
-    kassert_eq!(
-        unsafe { ibext_srq_pool_destroy(core::ptr::null_mut()) },
-        EINVAL.to_errno()
-    );
+    let r = unsafe { ibext_srq_pool_destroy(core::ptr::null_mut()) };
+    kassert_eq!(r, EINVAL.to_errno());
     bad_input_ok("srq_destroy.null");
 
     let a = Pool::create(&pd, &ok).map_err(|_| Failed)?;
@@ -858,9 +855,10 @@ pub(crate) fn srq_bench() -> TestResult {
         (Recv::PerQp { depth: 256 }, "per_qp_rq"),
         (Recv::Pool { nr: 4, size: 256 }, "srq_pool"),
     ];
-    let mut ops = [[0u64; REPS]; 2];
+    // `ops[rep][setup]`
+    let mut ops = [[0u64; 2]; REPS];
     let mut bytes = [0u64; 2];
-    for rep in 0..REPS {
+    for (rep, row) in ops.iter_mut().enumerate() {
         for j in 0..2 {
             let k = (rep + j) % 2;
             let f = Fleet::new(dev.device(), QPS, PER_QP, setups[k].0, 4096);
@@ -870,11 +868,14 @@ pub(crate) fn srq_bench() -> TestResult {
             let t = now_ns();
             f.run(8)?;
             let ns = (now_ns() - t).max(1);
-            ops[k][rep] = (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns;
+            row[k] = (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns;
         }
     }
     for (k, (_, label)) in setups.iter().enumerate() {
-        ops[k].sort_unstable();
+        let mut col = [0u64; REPS];
+        for (c, row) in col.iter_mut().zip(ops.iter()) {
+            *c = row[k];
+        }
         pr_info!(
             "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"reps\":{},\"recv_bytes\":{},\"ops_per_s\":{}}}\n",
             label,
@@ -882,7 +883,7 @@ pub(crate) fn srq_bench() -> TestResult {
             QPS as u32 * PER_QP,
             REPS,
             bytes[k],
-            ops[k][REPS / 2]
+            super::bench::median(&mut col)
         );
     }
     Ok(())
