@@ -215,24 +215,22 @@ impl SrqPool {
             }),
             GFP_KERNEL,
         )?;
-        // SAFETY: We never move the pool out of its box; only `srqs` and `dir`, which are not
-        // structurally pinned, are written below, before anything else can see the pool.
+        // SAFETY: We never move the pool out of its box; only `srqs`, `counted` and `dir`, which
+        // are not structurally pinned, are written below, before anything else can see the pool.
         let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(pool) });
-        // From here an error drops the box, whose `drop` undoes whatever was made.
-        // SAFETY: `raw` came from `KBox::into_raw` just above and is used only here until it is
-        // returned.
-        let owned = unsafe { KBox::from_raw(raw) };
-        // SAFETY: As above: exclusive until returned; the box is not moved.
+        // SAFETY: `raw` came from `KBox::into_raw` just above; this is its only user until it is
+        // returned or, on error, given back to a box to be dropped.
         let pool = unsafe { &mut *raw };
-        let built = pool.build();
-        if let Err(e) = built {
-            drop(owned);
+        if let Err(e) = pool.build() {
+            // SAFETY: As above; `pool` is not used after this. Dropping the box undoes whatever
+            // `build` made.
+            drop(unsafe { KBox::from_raw(raw) });
             return Err(e);
         }
         pool.state.srq_pool_made();
         pool.counted = true;
         pool.publish_debugfs();
-        Ok(KBox::into_raw(owned))
+        Ok(raw)
     }
 
     /// Makes the SRQs, their buffers, and posts them.
