@@ -14,7 +14,7 @@ use super::guest::{
     self, debugfs_exists, link_add_with_fail_nth, link_delete, restore_links, DeviceRef,
 };
 use crate::{
-    api::{ibext_cq_pool_get, PooledCq},
+    api::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy, PooledCq},
     bindings, client,
     cq_engine::PollCtx,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
@@ -205,4 +205,84 @@ fn client_add_sweep_checks() -> TestResult {
     Ok(())
 }
 
-kunit_suite!(ibext_faults, [cq_pool_grow_sweep, client_add_sweep]);
+/// The pool's `recv_done` for the sweep: no receive ever completes.
+///
+/// # Safety
+///
+/// Never called: nothing is sent.
+unsafe extern "C" fn no_recv(
+    _srq: *mut bindings::ib_srq,
+    _wc: *mut bindings::ib_wc,
+    _buf: *mut core::ffi::c_void,
+    _ctx: *mut core::ffi::c_void,
+) {
+}
+
+/// Making an SRQ pool with managed buffers (2 SRQs of 8) under a sweep: every allocation on the
+/// path, ibext's, ib_core's and rxe's, fails in turn; each must come back as -ENOMEM with no
+/// pool left, and the PD is deallocated cleanly at the end (no SRQ left on it).
+fn srq_pool_create_sweep() -> TestResult {
+    if !cfg!(CONFIG_FAILSLAB) {
+        skip("needs the debug kernel (CONFIG_FAILSLAB)");
+        return Ok(());
+    }
+    let dev = DeviceRef::get(c_str!("rxe0"));
+    kassert!(dev.is_some(), "rxe0 is not registered");
+    let dev = dev.ok_or(Failed)?;
+    // SAFETY: `dev` is registered and held.
+    let pd = unsafe { bindings::ibext_test_alloc_pd(dev.device().as_raw()) };
+    let pd = kernel::error::from_err_ptr(pd)?;
+    let attr = bindings::ibext_srq_pool_attr {
+        nr_srqs: 2,
+        srq_size: 8,
+        max_sge: 1,
+        buf_size: 64,
+        recv_done: Some(no_recv),
+        ctx: core::ptr::null_mut(),
+    };
+    let res = (|| -> TestResult {
+        let (mut failed, mut absorbed, mut done) = (0u32, 0u32, false);
+        for n in 1..=2000u32 {
+            let live = ledger::counts(Kind::SrqPool).live();
+            fail_nth(n);
+            // SAFETY: `pd` is live until after the sweep; `attr` is valid.
+            let p = unsafe { ibext_srq_pool_create(pd, &attr) };
+            let left = fail_nth(0);
+            match kernel::error::from_err_ptr(p) {
+                Err(e) => {
+                    kassert_eq!(left, 0, "n={}: failed ({:?}) without the fault", n, e);
+                    kassert!(e == ENOMEM, "n={}: {:?} instead of ENOMEM", n, e);
+                    kassert_eq!(ledger::counts(Kind::SrqPool).live(), live, "n={}", n);
+                    failed += 1;
+                }
+                Ok(p) => {
+                    // SAFETY: A live pool without references.
+                    let r = unsafe { ibext_srq_pool_destroy(p) };
+                    kassert_eq!(r, 0);
+                    if left == 0 {
+                        absorbed += 1;
+                        continue;
+                    }
+                    done = true;
+                    break;
+                }
+            }
+        }
+        kassert!(done, "the sweep never got past the last allocation");
+        kassert!(failed > 0);
+        pr_info!(
+            "failslab sweep over SRQ pool create: {} faults failed cleanly, {} absorbed by fallbacks\n",
+            failed,
+            absorbed
+        );
+        Ok(())
+    })();
+    // SAFETY: Ours; every pool made on it was destroyed (ib_core warns otherwise).
+    unsafe { bindings::ibext_test_dealloc_pd(pd) };
+    res
+}
+
+kunit_suite!(
+    ibext_faults,
+    [cq_pool_grow_sweep, client_add_sweep, srq_pool_create_sweep]
+);

@@ -652,6 +652,29 @@ fn references_and_busy() -> TestResult {
     Ok(())
 }
 
+/// A pool too small for its QPs: one SRQ of 16 buffers (limit 4) for 4 QPs with 8 sends each
+/// in flight. The SRQ runs short, `IB_EVENT_SRQ_LIMIT_REACHED` is counted and the limit re-armed,
+/// the senders retry on RNR, and still every message arrives exactly once.
+fn limit_events_are_counted() -> TestResult {
+    let dev = rxe0()?;
+    let f =
+        Fleet::new(dev.device(), 4, 64, Recv::Pool { nr: 1, size: 16 }, 64).map_err(|_| Failed)?;
+    kassert_eq!(f.pool()?.plan().limit, 4);
+    f.run(8)?;
+    let events = f.pool()?.limit_events();
+    kernel::kunit::info(format_args!(
+        "    # srq limit: {} limit events for 256 messages through 16 buffers\n",
+        events
+    ));
+    kassert!(
+        events >= 2,
+        "{} limit events: the limit was not re-armed",
+        events
+    );
+    kassert_eq!(f.pool()?.posted(), 16);
+    Ok(())
+}
+
 /// Every request the pool must refuse, and every caller bug.
 fn bad_input() -> TestResult {
     let dev = rxe0()?;
@@ -895,6 +918,7 @@ kunit_suite!(
         bad_input,
         references_and_busy,
         traffic_exactly_once,
+        limit_events_are_counted,
         allocation_failure_unwinds,
         link_delete_after_cleanup,
     ]
