@@ -131,13 +131,19 @@ cycle() {
 ulp_pins_ibext() {
 	insmod /ibext/ibext.ko && insmod /ibext/ibext_test_ulp.ko || return 1
 	grep -q " used 64 " $D/rxe0/cq_pools || { cat $D/rxe0/cq_pools; return 1; }
+	grep -q "^srq 0 refs 1 posted 32 " $D/rxe0/srq_pool.*/stats ||
+		{ cat $D/rxe0/srq_pool.*/stats; return 1; }
 	if rmmod ibext 2>/dev/null; then
 		echo "rmmod ibext succeeded while a ULP used it"
 		return 1
 	fi
 	rdma link delete rxe1 && $RXE_ADD1 || return 1
 	grep -q " used 64 " $D/rxe1/cq_pools || { cat $D/rxe1/cq_pools; return 1; }
-	rmmod ibext_test_ulp && rmmod ibext || return 1
+	grep -q "^srq 0 refs 1 " $D/rxe1/srq_pool.*/stats ||
+		{ cat $D/rxe1/srq_pool.*/stats; return 1; }
+	rmmod ibext_test_ulp || return 1
+	grep -q "srq_pool made 3 freed 3 live 0" $D/objects || { cat $D/objects; return 1; }
+	rmmod ibext || return 1
 	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
 }
 

@@ -8,6 +8,7 @@
 #ifndef _RDMA_IBEXT_H
 #define _RDMA_IBEXT_H
 
+#include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 
 /**
