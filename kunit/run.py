@@ -463,9 +463,13 @@ def main():
 
     total = Result()
     logs = []
+    # Every initramfs first: a guest boots what the tree held when the run began, even if the
+    # tree (kunit/guest-init.sh, the modules) changes while an earlier guest runs.
+    guests = []
     for spec in args.flavour:
         flavour, kdir, bdir = spec.split(":", 2)
-        cpio = build_initramfs(args, kdir, bdir)
+        guests.append((flavour, kdir, build_initramfs(args, kdir, bdir)))
+    for flavour, kdir, cpio in guests:
         log_path = os.path.join(args.out, f"console-{args.mode}-{flavour}-{stamp}.log")
         logs.append(log_path)
         print(f"ibext: booting the {flavour} kernel (TCG); "
