@@ -436,6 +436,92 @@ impl SrqPool {
     }
 }
 
+/// An SRQ pool owned by Rust code: the safe form of `ibext_srq_pool_create`/`_destroy`.
+///
+/// References are [`SrqRef`]s, which borrow the pool, so the pool cannot be dropped while one
+/// exists and its destruction never meets `-EBUSY`.
+///
+/// # Invariants
+///
+/// `self.0` came from [`SrqPool::create`] and is owned by this value.
+pub(crate) struct OwnedSrqPool(NonNull<SrqPool>);
+
+// SAFETY: The pool may be used and destroyed from any thread (`SrqPool` is `Send + Sync`).
+unsafe impl Send for OwnedSrqPool {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for OwnedSrqPool {}
+
+#[cfg_attr(
+    not(ibext_kunit),
+    expect(dead_code, reason = "the crate's tests are its only Rust users so far")
+)]
+impl OwnedSrqPool {
+    /// Makes a pool on `pd` (see `ibext_srq_pool_create`).
+    ///
+    /// # Safety
+    ///
+    /// `pd` is a live PD of a registered device and outlives the returned value.
+    pub(crate) unsafe fn new(pd: NonNull<bindings::ib_pd>, args: CreateArgs) -> Result<Self> {
+        // SAFETY: The caller's guarantee.
+        let p = unsafe { SrqPool::create(pd, args) }?;
+        // INVARIANT: made just above, owned by nobody else.
+        NonNull::new(p).map(OwnedSrqPool).ok_or(ENOMEM)
+    }
+
+    /// Returns the pool.
+    pub(crate) fn pool(&self) -> &SrqPool {
+        // SAFETY: Owned and alive until drop (type invariant).
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Takes a reference to an SRQ for a QP on completion vector `hint`.
+    pub(crate) fn get(&self, hint: i32) -> Result<SrqRef<'_>> {
+        let srq = self.pool().get(hint)?;
+        Ok(SrqRef {
+            pool: self.pool(),
+            srq,
+        })
+    }
+}
+
+impl Drop for OwnedSrqPool {
+    fn drop(&mut self) {
+        // No `SrqRef` outlives the borrow it holds of `self`, so no SRQ has references.
+        if warn_on_once!(
+            self.pool().retire().is_err(),
+            "ibext: an owned SRQ pool still referenced"
+        ) {
+            return;
+        }
+        // SAFETY: The pool came from `KBox::into_raw` in `SrqPool::create` (type invariant) and
+        // is dead now.
+        drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// A reference to one SRQ of a pool, put back when dropped.
+pub(crate) struct SrqRef<'a> {
+    pool: &'a SrqPool,
+    srq: *mut bindings::ib_srq,
+}
+
+#[cfg_attr(
+    not(ibext_kunit),
+    expect(dead_code, reason = "the crate's tests are its only Rust users so far")
+)]
+impl SrqRef<'_> {
+    /// Returns the SRQ, for `ib_qp_init_attr.srq`.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_srq {
+        self.srq
+    }
+}
+
+impl Drop for SrqRef<'_> {
+    fn drop(&mut self) {
+        self.pool.put(self.srq);
+    }
+}
+
 #[pinned_drop]
 impl PinnedDrop for SrqPool {
     fn drop(self: Pin<&mut Self>) {

@@ -630,6 +630,32 @@ fn references_and_busy() -> TestResult {
     kassert!(pool.get().refs().iter().all(|&r| r == 0));
     kassert_eq!(pool.destroy(), 0);
 
+    // The Rust form: references borrow the pool, so it always goes with none left.
+    {
+        let args = |nr| crate::srq_pool::CreateArgs {
+            req: crate::policy::srq_pool::Request {
+                nr_srqs: nr,
+                srq_size: 16,
+                max_sge: 1,
+                buf_size: 0,
+                has_recv_done: false,
+            },
+            recv_done: None,
+            ctx: core::ptr::null_mut(),
+        };
+        // SAFETY: `pd` is live and outlives the pool, dropped at the end of this block.
+        let owned = unsafe { crate::srq_pool::OwnedSrqPool::new(pd.0, args(0)) }?;
+        let a = owned.get(1)?;
+        let b = owned.get(1)?;
+        kassert!(a.as_raw() == b.as_raw() && Some(a.as_raw()) == owned.pool().srq(1));
+        kassert_eq!(owned.pool().refs()[1], 2);
+        drop((a, b));
+        kassert!(owned.pool().refs().iter().all(|&r| r == 0));
+        let live = ledger::counts(Kind::SrqPool).live();
+        drop(owned);
+        kassert_eq!(ledger::counts(Kind::SrqPool).live(), live - 1);
+    }
+
     // Fewer SRQs than vectors: the least-referenced one, so two SRQs share evenly.
     let mut pool = Pool::create(&pd, &attr(2, 16, 0, None)).map_err(|_| Failed)?;
     let mut taken = KVec::new();
