@@ -131,6 +131,8 @@ pub(crate) struct SrqPool {
     state: Arc<DeviceState>,
     dev: NonNull<bindings::ib_device>,
     pd: NonNull<bindings::ib_pd>,
+    /// The PD's `local_dma_lkey`, for every receive posted.
+    lkey: u32,
     id: u32,
     plan: Plan,
     recv_done: Option<RecvDone>,
@@ -187,6 +189,8 @@ impl SrqPool {
             policy::Refusal::NotSupported => eopnotsupp(),
         })?;
         let state = crate::client::device_state(dev).ok_or(ENODEV)?;
+        // SAFETY: `pd` is live (the caller's guarantee).
+        let lkey = unsafe { (*pd.as_ptr()).local_dma_lkey };
         let n = plan.nr_srqs as usize;
         fault_point()?;
         let srqs = KVec::with_capacity(n, GFP_KERNEL)?;
@@ -198,6 +202,7 @@ impl SrqPool {
                 state,
                 dev: NonNull::from(dev).cast(),
                 pd,
+                lkey,
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 plan,
                 recv_done: args.recv_done,
@@ -237,8 +242,7 @@ impl SrqPool {
     fn build(&mut self) -> Result {
         let me: *const SrqPool = self;
         let dev = self.dev.as_ptr();
-        // SAFETY: The PD is live (invariant).
-        let lkey = unsafe { (*self.pd.as_ptr()).local_dma_lkey };
+        let lkey = self.lkey;
         for i in 0..self.plan.nr_srqs as usize {
             fault_point()?;
             let managed = if self.plan.buf_size > 0 {
@@ -597,11 +601,9 @@ unsafe extern "C" fn recv_buf_done(_cq: *mut bindings::ib_cq, wc: *mut bindings:
             return;
         }
     }
-    // SAFETY: The PD is live while the pool is.
-    let lkey = unsafe { (*pool.pd.as_ptr()).local_dma_lkey };
     // SAFETY: The SRQ is live while its pool is, and the buffer stays mapped.
     let r = unsafe {
-        bindings::ibext_shim_post_srq_recv(srq.raw, b.cqe.get(), b.dma, len as u32, lkey)
+        bindings::ibext_shim_post_srq_recv(srq.raw, b.cqe.get(), b.dma, len as u32, pool.lkey)
     };
     if r != 0 {
         srq.lost.fetch_add(1, Ordering::Relaxed);

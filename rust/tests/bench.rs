@@ -355,15 +355,9 @@ fn compare(
     Ok(())
 }
 
-fn rxe0() -> core::result::Result<DeviceRef, Failed> {
-    let dev = DeviceRef::get(c_str!("rxe0"));
-    kassert!(dev.is_some(), "rxe0 is not registered");
-    dev.ok_or(Failed)
-}
-
 /// Issue 4: one CQ per QP, upstream's pool and ibext's pool (its default, DIM).
 fn cq_pool_bench() -> TestResult {
-    let dev = rxe0()?;
+    let dev = super::guest::required(c_str!("rxe0"))?;
     let setups = [
         (Setup::PerQp, "per_qp"),
         (Setup::UpstreamPool, "upstream_pool"),
@@ -382,7 +376,7 @@ fn cq_pool_bench() -> TestResult {
 
 /// Issue 5: moderation modes of ibext's pool on 16 QPs.
 fn dim_bench() -> TestResult {
-    let dev = rxe0()?;
+    let dev = super::guest::required(c_str!("rxe0"))?;
     let setups = [
         (
             Setup::Ibext(PollCtx::Softirq, Moderation::None),

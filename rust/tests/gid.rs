@@ -7,7 +7,7 @@
 //! small table. Tests add and remove more addresses with `ip`, so ib_core changes its tables the
 //! way it does in production (netdev events, `roce_gid_mgmt`).
 
-use super::guest::{run, DeviceRef};
+use super::guest::{msleep, required, run, wait_for, DeviceRef};
 use crate::{
     api::{ibext_find_gid, ibext_find_gid_by_port},
     bindings,
@@ -30,29 +30,9 @@ const TYPES: [u32; 2] = [
     bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
 ];
 
-fn msleep(ms: u32) {
-    // SAFETY: FFI call in process context.
-    unsafe { bindings::msleep(ms) };
-}
-
-/// Waits up to `ms` milliseconds for `cond`.
-fn wait_for(ms: u32, mut cond: impl FnMut() -> bool) -> bool {
-    let mut waited = 0;
-    while !cond() {
-        if waited >= ms {
-            return false;
-        }
-        msleep(10);
-        waited += 10;
-    }
-    true
-}
-
 /// A device and ibext's state for it.
 fn device(name: &CStr) -> core::result::Result<(DeviceRef, Arc<DeviceState>), Failed> {
-    let dev = DeviceRef::get(name);
-    kassert!(dev.is_some(), "{} is not registered", name);
-    let dev = dev.ok_or(Failed)?;
+    let dev = required(name)?;
     let state = device_state(dev.device());
     kassert!(state.is_some(), "no ibext state for {}", name);
     Ok((dev, state.ok_or(Failed)?))

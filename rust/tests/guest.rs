@@ -82,6 +82,32 @@ impl Drop for DeviceRef {
     }
 }
 
+/// Returns device `name`, or fails the running test if it is not registered.
+pub(crate) fn required(name: &CStr) -> core::result::Result<DeviceRef, crate::kunit::Failed> {
+    let dev = DeviceRef::get(name);
+    crate::kunit::kassert!(dev.is_some(), "{} is not registered", name);
+    dev.ok_or(crate::kunit::Failed)
+}
+
+/// Sleeps for `ms` milliseconds.
+pub(crate) fn msleep(ms: u32) {
+    // SAFETY: FFI call; tests run in process context.
+    unsafe { bindings::msleep(ms) };
+}
+
+/// Waits up to `ms` milliseconds for `cond`; returns whether it became true.
+pub(crate) fn wait_for(ms: u32, mut cond: impl FnMut() -> bool) -> bool {
+    let mut waited = 0;
+    while !cond() {
+        if waited >= ms {
+            return false;
+        }
+        msleep(10);
+        waited += 10;
+    }
+    true
+}
+
 /// Returns whether `/sys/kernel/debug/ibext/<path...>` exists.
 pub(crate) fn debugfs_exists(path: &[&CStr]) -> bool {
     let mut parent: *mut bindings::dentry = core::ptr::null_mut();

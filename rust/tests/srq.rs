@@ -4,7 +4,7 @@
 //! managed buffers through pooled CQs.
 
 use super::{
-    guest::{debugfs_exists, link_add, link_delete, restore_links, DeviceRef},
+    guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links},
     stream::now_ns,
 };
 use crate::{
@@ -27,17 +27,6 @@ use core::{
     sync::atomic::{AtomicU64, Ordering},
 };
 use kernel::{c_str, prelude::*};
-
-fn msleep(ms: u32) {
-    // SAFETY: FFI call in process context.
-    unsafe { bindings::msleep(ms) };
-}
-
-fn rxe0() -> core::result::Result<DeviceRef, Failed> {
-    let dev = DeviceRef::get(c_str!("rxe0"));
-    kassert!(dev.is_some(), "rxe0 is not registered");
-    dev.ok_or(Failed)
-}
 
 /// A PD, deallocated when dropped (ib_core warns if anything still uses it).
 struct Pd(NonNull<bindings::ib_pd>);
@@ -560,7 +549,7 @@ impl Fleet {
 fn traffic_exactly_once() -> TestResult {
     const QPS: usize = 16;
     const PER_QP: u32 = 96;
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let made = ledger::counts(Kind::SrqPool).made;
     {
         let mut f = Fleet::new(
@@ -603,7 +592,7 @@ fn traffic_exactly_once() -> TestResult {
 
 /// References follow the hints; destroy with references is -EBUSY and changes nothing.
 fn references_and_busy() -> TestResult {
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
     let vectors = dev.device().usable_comp_vectors();
     let mut pool = Pool::create(&pd, &attr(0, 16, 0, None)).map_err(|_| Failed)?;
@@ -682,7 +671,7 @@ fn references_and_busy() -> TestResult {
 /// in flight. The SRQ runs short, `IB_EVENT_SRQ_LIMIT_REACHED` is counted and the limit re-armed,
 /// the senders retry on RNR, and still every message arrives exactly once.
 fn limit_events_are_counted() -> TestResult {
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let f =
         Fleet::new(dev.device(), 4, 64, Recv::Pool { nr: 1, size: 16 }, 64).map_err(|_| Failed)?;
     kassert_eq!(f.pool()?.plan().limit, 4);
@@ -703,7 +692,7 @@ fn limit_events_are_counted() -> TestResult {
 
 /// Every request the pool must refuse, and every caller bug.
 fn bad_input() -> TestResult {
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
     let einval = EINVAL.to_errno() as isize;
     let made = ledger::counts(Kind::SrqPool).made;
@@ -813,7 +802,7 @@ fn bad_input() -> TestResult {
 /// A forced allocation failure at every step of making a pool with managed buffers unwinds it
 /// all: -ENOMEM, no pool, no SRQ, no mapping left (the PD is deallocated cleanly at the end).
 fn allocation_failure_unwinds() -> TestResult {
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
     let rx = KBox::new(
         Rx {
@@ -873,7 +862,7 @@ fn link_delete_after_cleanup() -> TestResult {
 
 fn link_delete_after_cleanup_checks() -> TestResult {
     {
-        let dev = rxe0()?;
+        let dev = required(c_str!("rxe0"))?;
         let f = Fleet::new(dev.device(), 4, 16, Recv::Pool { nr: 0, size: 32 }, 64)
             .map_err(|_| Failed)?;
         kassert!(debugfs_exists(&[c_str!("rxe0")]));
@@ -886,7 +875,7 @@ fn link_delete_after_cleanup_checks() -> TestResult {
     kernel::kunit::info(format_args!("    # rdma link delete rxe0: {} ms\n", ms));
     kassert!(ms < 10_000, "rdma link delete took {} ms", ms);
     kassert_eq!(link_add(c_str!("rxe0"))?, 0);
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let f =
         Fleet::new(dev.device(), 2, 8, Recv::Pool { nr: 0, size: 16 }, 64).map_err(|_| Failed)?;
     f.run(4)?;
@@ -899,7 +888,7 @@ pub(crate) fn srq_bench() -> TestResult {
     const QPS: usize = 64;
     const PER_QP: u32 = 256;
     const REPS: usize = 5;
-    let dev = rxe0()?;
+    let dev = required(c_str!("rxe0"))?;
     let setups = [
         (Recv::PerQp { depth: 256 }, "per_qp_rq"),
         (Recv::Pool { nr: 4, size: 256 }, "srq_pool"),
