@@ -339,11 +339,135 @@ fn legacy_ulp_traffic() -> TestResult {
     })
 }
 
+/// A raw CQ pointer that may cross to a worker; each test below says who may use it when.
+#[derive(Clone, Copy)]
+struct CqPtr(*mut bindings::ib_cq);
+
+// SAFETY: Only an address; the tests below hand it to workers under the legacy API's contract.
+unsafe impl Send for CqPtr {}
+
+/// Makes a legacy ULP's CQ on `dev` (as [`with_legacy_cq`] does), or null.
+fn create_legacy_cq(dev: &crate::ib::Device) -> *mut bindings::ib_cq {
+    let attr = bindings::ib_cq_init_attr {
+        cqe: 16,
+        comp_vector: 0,
+        flags: 0,
+    };
+    // SAFETY: `dev` is registered; no handlers; `attr` and the name outlive the call.
+    let cq = unsafe {
+        bindings::__ib_create_cq(
+            dev.as_raw(),
+            None,
+            None,
+            core::ptr::null_mut(),
+            &attr,
+            c"ibext_test".as_ptr().cast(),
+        )
+    };
+    kernel::error::from_err_ptr(cq).unwrap_or(core::ptr::null_mut())
+}
+
+/// Legacy attach/detach under concurrency: three workers race to attach to one CQ (exactly
+/// one wins, the others get -EBUSY), and three more run attach, 200 samples, profile reads and
+/// detach on CQs of their own, 30 rounds each; nothing is left attached and every profile read
+/// is one of the RDMA table's.
+fn legacy_attach_detach_stress() -> TestResult {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use kernel::{sync::Arc, workqueue};
+    const ROUNDS: u32 = 30;
+    let dev = super::guest::required(c_str!("rxe0"))?;
+    let live = ledger::counts(Kind::LegacyDim).live();
+    let errors = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+    let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+    let valid = |u: u32, c: u32| {
+        RDMA_DIM_PROFILES
+            .iter()
+            .any(|p| (u32::from(p.usec), u32::from(p.comps)) == (u, c))
+    };
+    // Own-CQ workers.
+    for w in 0..3u32 {
+        let (errors, done) = (errors.clone(), done.clone());
+        let dev_raw = dev.device().as_raw() as usize;
+        let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            // SAFETY: The test holds rxe0 until every worker is done.
+            let dev = unsafe { crate::ib::Device::from_raw(dev_raw as *mut bindings::ib_device) };
+            for r in 0..ROUNDS {
+                let cq = create_legacy_cq(dev);
+                if cq.is_null() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // SAFETY: Our CQ; one sampler (this worker); detached before it is destroyed.
+                unsafe {
+                    if ibext_dim_attach(cq) != 0 {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    for i in 0..200u32 {
+                        ibext_dim_sample(cq, (i * (w + 1) + r) % 64);
+                    }
+                    let (mut u, mut c) = (0u32, 0u32);
+                    if ibext_dim_profile(cq, &mut u, &mut c) != 0 || !valid(u, c) {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ibext_dim_detach(cq);
+                    bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
+                }
+            }
+            done.fetch_add(1, Ordering::AcqRel);
+        });
+        kassert!(res.is_ok(), "cannot start worker {}", w);
+    }
+    // Racing attachers on one CQ per round.
+    let mut won_total = 0;
+    for r in 0..ROUNDS {
+        let cq = create_legacy_cq(dev.device());
+        kassert!(!cq.is_null(), "round {}: no CQ", r);
+        let (won, busy, finished) = (
+            Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+            Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+            Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+        );
+        for _ in 0..3 {
+            let (won, busy, finished, p) = (won.clone(), busy.clone(), finished.clone(), CqPtr(cq));
+            let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+                let p = p;
+                // SAFETY: A live CQ the test owns until every attacher finished.
+                match unsafe { ibext_dim_attach(p.0) } {
+                    0 => won.fetch_add(1, Ordering::AcqRel),
+                    e if e == EBUSY.to_errno() => busy.fetch_add(1, Ordering::AcqRel),
+                    _ => 0,
+                };
+                finished.fetch_add(1, Ordering::AcqRel);
+            });
+            kassert!(res.is_ok());
+        }
+        kassert!(super::guest::wait_for(10_000, || finished
+            .load(Ordering::Acquire)
+            == 3));
+        kassert_eq!(won.load(Ordering::Acquire), 1, "round {}", r);
+        kassert_eq!(busy.load(Ordering::Acquire), 2, "round {}", r);
+        won_total += 1;
+        // SAFETY: Our CQ with ibext's DIM attached (once); nobody samples it.
+        unsafe {
+            ibext_dim_detach(cq);
+            bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
+        }
+    }
+    kassert!(super::guest::wait_for(60_000, || done
+        .load(Ordering::Acquire)
+        == 3));
+    kassert_eq!(errors.load(Ordering::Acquire), 0);
+    kassert_eq!(won_total, ROUNDS);
+    kassert_eq!(ledger::counts(Kind::LegacyDim).live(), live);
+    Ok(())
+}
+
 kunit_suite!(
     ibext_dim,
     [
         legacy_api_on_own_cq,
         legacy_ulp_traffic,
+        legacy_attach_detach_stress,
         dim_rises_under_load,
         adaptive_switches,
         exactly_once_in_every_mode,
