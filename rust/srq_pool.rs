@@ -646,7 +646,11 @@ unsafe extern "C" fn rearm_work(w: *mut bindings::work_struct) {
         if s.limit_hit.swap(false, Ordering::AcqRel) && !s.raw.is_null() {
             // SAFETY: The SRQ is live: the pool is not dead, and `drop` marks it dead under this
             // lock before destroying any SRQ.
-            let _ = unsafe { bindings::ibext_shim_arm_srq_limit(s.raw, pool.plan.limit) };
+            let r = unsafe { bindings::ibext_shim_arm_srq_limit(s.raw, pool.plan.limit) };
+            if r != 0 {
+                // Not re-armed: no more limit events from this SRQ; visible as an error.
+                s.errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     drop(refs);
