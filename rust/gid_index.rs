@@ -217,7 +217,7 @@ impl Drop for GidAttr {
 }
 
 /// `rdma_get_gid_attr(dev, port, index)`.
-fn get_gid_attr(dev: &Device, port: u32, index: u32) -> Result<GidAttr> {
+pub(crate) fn get_gid_attr(dev: &Device, port: u32, index: u32) -> Result<GidAttr> {
     let index = i32::try_from(index).map_err(|_| EINVAL)?;
     // SAFETY: `dev` is registered (`Device` invariant); ib_core checks the port and index.
     unsafe { GidAttr::from_result(bindings::rdma_get_gid_attr(dev.as_raw(), port, index)) }

@@ -52,15 +52,7 @@ fn tbl_len(dev: &Device, port: u32) -> u32 {
 }
 
 fn get_attr(dev: &Device, port: u32, index: u32) -> Option<GidAttr> {
-    // SAFETY: `dev` is registered; ib_core checks the port and index.
-    unsafe {
-        GidAttr::from_result(bindings::rdma_get_gid_attr(
-            dev.as_raw(),
-            port,
-            index as i32,
-        ))
-    }
-    .ok()
+    gid_index::get_gid_attr(dev, port, index).ok()
 }
 
 /// The valid entries of every port of `dev`, as ib_core has them now.

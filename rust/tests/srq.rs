@@ -126,6 +126,31 @@ struct Rx {
 // SAFETY: The raw pointers are only compared; the counters are atomics.
 unsafe impl Sync for Rx {}
 
+impl Rx {
+    /// A checker for `qps` QPs of `per_qp` messages each, boxed so that its address can be the
+    /// pool's `ctx`.
+    fn new(qps: usize, per_qp: u32) -> Result<KBox<Self>> {
+        let words = (qps * per_qp as usize).div_ceil(64);
+        let mut seen = KVec::with_capacity(words, GFP_KERNEL)?;
+        for _ in 0..words {
+            seen.push(AtomicU64::new(0), GFP_KERNEL)?;
+        }
+        Ok(KBox::new(
+            Rx {
+                qps: KVec::with_capacity(qps, GFP_KERNEL)?,
+                srqs: KVec::with_capacity(qps, GFP_KERNEL)?,
+                per_qp,
+                seen,
+                received: AtomicU64::new(0),
+                dups: AtomicU64::new(0),
+                bad: AtomicU64::new(0),
+                flushed: AtomicU64::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+}
+
 /// Checks one received message and marks it seen: its length, opcode, QP, SRQ (null for a
 /// per-QP receive queue) and payload.
 ///
@@ -320,24 +345,7 @@ impl Fleet {
     /// buffers of `buf_size` bytes from `recv`.
     fn new(dev: &Device, qps: usize, per_qp: u32, recv: Recv, buf_size: u32) -> Result<Self> {
         let pd = Pd::new(dev)?;
-        let words = (qps * per_qp as usize).div_ceil(64);
-        let mut seen = KVec::with_capacity(words, GFP_KERNEL)?;
-        for _ in 0..words {
-            seen.push(AtomicU64::new(0), GFP_KERNEL)?;
-        }
-        let rx = KBox::new(
-            Rx {
-                qps: KVec::with_capacity(qps, GFP_KERNEL)?,
-                srqs: KVec::with_capacity(qps, GFP_KERNEL)?,
-                per_qp,
-                seen,
-                received: AtomicU64::new(0),
-                dups: AtomicU64::new(0),
-                bad: AtomicU64::new(0),
-                flushed: AtomicU64::new(0),
-            },
-            GFP_KERNEL,
-        )?;
+        let rx = Rx::new(qps, per_qp)?;
         let (pool, rq_depth) = match recv {
             Recv::Pool { nr, size } => (
                 Some(Pool::create(&pd, &attr(nr, size, buf_size, Some(&rx)))?),
@@ -696,16 +704,7 @@ fn bad_input() -> TestResult {
     let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
     let einval = EINVAL.to_errno() as isize;
     let made = ledger::counts(Kind::SrqPool).made;
-    let rx = Rx {
-        qps: KVec::new(),
-        srqs: KVec::new(),
-        per_qp: 1,
-        seen: KVec::new(),
-        received: AtomicU64::new(0),
-        dups: AtomicU64::new(0),
-        bad: AtomicU64::new(0),
-        flushed: AtomicU64::new(0),
-    };
+    let rx = Rx::new(0, 1).map_err(|_| Failed)?;
     let max_srq = dev.device().attrs().max_srq as u32;
     let max_sge = dev.device().attrs().max_srq_sge as u32;
     let bad_sge = |sge| bindings::ibext_srq_pool_attr {
@@ -804,20 +803,7 @@ fn bad_input() -> TestResult {
 fn allocation_failure_unwinds() -> TestResult {
     let dev = required(c_str!("rxe0"))?;
     let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
-    let rx = KBox::new(
-        Rx {
-            qps: KVec::new(),
-            srqs: KVec::new(),
-            per_qp: 1,
-            seen: KVec::new(),
-            received: AtomicU64::new(0),
-            dups: AtomicU64::new(0),
-            bad: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-        },
-        GFP_KERNEL,
-    )
-    .map_err(|_| Failed)?;
+    let rx = Rx::new(0, 1).map_err(|_| Failed)?;
     let a = attr(2, 8, 64, Some(&rx));
     let mut faults = 0;
     let mut n = 1;
