@@ -42,29 +42,72 @@ fn dim_profile_zero_rearms_at_once() {
 #[test]
 fn dim_software_defers_small_passes() {
     let mut st = ModState::default();
+    let dim = Moderation::Dim;
     // Profile 5 = (16 usec, 8 comps).
     assert_eq!(
-        end_of_pass(Moderation::Dim, &mut st, pass(3, false, 5)),
+        end_of_pass(dim, &mut st, pass(3, false, 5)),
         Some(PassEnd::Defer { usec: 16 })
     );
+    // The deferred poll found more, still fewer than `comps`: wait again.
     assert_eq!(
-        end_of_pass(Moderation::Dim, &mut st, pass(8, false, 5)),
-        Some(PassEnd::Rearm)
+        end_of_pass(dim, &mut st, pass(2, false, 5)),
+        Some(PassEnd::Defer { usec: 16 })
     );
     // A deferred poll that finds nothing re-arms.
     assert_eq!(
-        end_of_pass(Moderation::Dim, &mut st, pass(0, false, 5)),
+        end_of_pass(dim, &mut st, pass(0, false, 5)),
         Some(PassEnd::Rearm)
+    );
+    assert!(!st.deferred);
+    // `comps` or more: the device would have raised an event at once, so poll at once.
+    assert_eq!(
+        end_of_pass(dim, &mut st, pass(8, false, 5)),
+        Some(PassEnd::Poll)
+    );
+    // That poll found nothing: it was not deferred, so wait `usec` once before re-arming.
+    assert_eq!(
+        end_of_pass(dim, &mut st, pass(0, false, 5)),
+        Some(PassEnd::Defer { usec: 16 })
+    );
+    assert_eq!(
+        end_of_pass(dim, &mut st, pass(0, false, 5)),
+        Some(PassEnd::Rearm)
+    );
+    // A full pass keeps polling on its own, and the pass after it is not a deferred one.
+    assert_eq!(
+        end_of_pass(dim, &mut st, pass(3, false, 8)),
+        Some(PassEnd::Defer { usec: 32 })
+    );
+    assert_eq!(end_of_pass(dim, &mut st, pass(256, true, 8)), None);
+    assert_eq!(
+        end_of_pass(dim, &mut st, pass(0, false, 8)),
+        Some(PassEnd::Defer { usec: 32 })
     );
     // Hardware moderation: the device batches, software re-arms.
-    let hw = Pass {
-        hw_moderation: true,
-        ..pass(3, false, 5)
+    for completed in [0, 3, 8, 100] {
+        let hw = Pass {
+            hw_moderation: true,
+            ..pass(completed, false, 5)
+        };
+        assert_eq!(end_of_pass(dim, &mut st, hw), Some(PassEnd::Rearm));
+    }
+}
+
+/// A synthetic trace: a burst of completions arriving faster than passes, then silence. The
+/// software rule re-arms once per burst, where no moderation re-arms after every pass.
+#[test]
+fn dim_software_rearms_once_per_burst() {
+    let passes = [40u32, 35, 12, 9, 3, 0];
+    let count = |mode, ix| {
+        let mut st = ModState::default();
+        passes
+            .iter()
+            .filter(|&&c| end_of_pass(mode, &mut st, pass(c, false, ix)) == Some(PassEnd::Rearm))
+            .count()
     };
-    assert_eq!(
-        end_of_pass(Moderation::Dim, &mut st, hw),
-        Some(PassEnd::Rearm)
-    );
+    assert_eq!(count(Moderation::None, 8), passes.len());
+    assert_eq!(count(Moderation::Dim, 8), 1);
+    assert_eq!(count(Moderation::Dim, 0), passes.len());
 }
 
 #[test]

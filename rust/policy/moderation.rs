@@ -104,6 +104,9 @@ pub(crate) struct ModState {
     pub(crate) polling: bool,
     /// Mode switches (adaptive), for debugfs and the tests.
     pub(crate) switches: u64,
+    /// The last pass ended in [`PassEnd::Defer`]: the next pass is the deferred poll (the CQ is
+    /// not armed meanwhile, so nothing else schedules one).
+    pub(crate) deferred: bool,
 }
 
 /// What one finished pass looked like.
@@ -126,15 +129,21 @@ pub(crate) struct Pass {
 /// polling mode on its own). Updates the adaptive state.
 ///
 /// - `None` mode re-arms.
-/// - `Dim` with hardware moderation re-arms (the device batches); in software, profile 0
-///   re-arms at once (depth-1 latency stays as without moderation), a pass that found nothing
-///   re-arms, and a pass that found fewer than the profile's `comps` completions defers the
-///   next poll by the profile's `usec` instead of re-arming.
+/// - `Dim` with hardware moderation re-arms (the device batches). In software, profile 0
+///   re-arms at once (depth-1 latency stays as without moderation). Otherwise the software
+///   stands in for the device's (`usec`, `comps`) rule, under which an event is raised once
+///   `comps` completions are queued or `usec` after the first:
+///   - a pass that found `comps` or more polls again at once (the device would have raised
+///     the next event at once; re-arming only buys that event);
+///   - a pass that found fewer defers the next poll by `usec` instead of re-arming;
+///   - a deferred poll that finds nothing re-arms. A pass that was not deferred and found
+///     nothing (it followed a full pass) still waits `usec` once.
 /// - `Adaptive` starts in interrupt mode (re-arm) and enters polling mode when a pass fills
 ///   1/[`ADAPTIVE_POLL_BUDGET_DIV`] of its budget (or all of it) or DIM reaches
 ///   [`ADAPTIVE_POLL_PROFILE`]; in polling mode it polls again at once without re-arming, and
-///   falls back to interrupt mode when a pass finds the CQ empty.
+///   falls back to interrupt mode (re-arm) when a pass finds the CQ empty.
 pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Option<PassEnd> {
+    let deferred = core::mem::replace(&mut st.deferred, false);
     let heavy = pass.exhausted
         || pass.completed >= pass.budget / ADAPTIVE_POLL_BUDGET_DIV
         || pass.profile_ix >= ADAPTIVE_POLL_PROFILE;
@@ -145,16 +154,18 @@ pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Op
     if pass.exhausted {
         return None;
     }
-    Some(match mode {
+    let end = match mode {
         Moderation::None => PassEnd::Rearm,
         Moderation::Dim => {
             let p = profile(pass.profile_ix);
-            if pass.hw_moderation || pass.profile_ix == 0 || pass.completed == 0 {
+            if pass.hw_moderation || pass.profile_ix == 0 {
                 PassEnd::Rearm
-            } else if pass.completed < u32::from(p.comps) {
-                PassEnd::Defer { usec: p.usec }
+            } else if pass.completed >= u32::from(p.comps) {
+                PassEnd::Poll
+            } else if pass.completed == 0 && deferred {
+                PassEnd::Rearm
             } else {
-                PassEnd::Rearm
+                PassEnd::Defer { usec: p.usec }
             }
         }
         Moderation::Adaptive => {
@@ -168,5 +179,7 @@ pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Op
                 PassEnd::Rearm
             }
         }
-    })
+    };
+    st.deferred = matches!(end, PassEnd::Defer { .. });
+    Some(end)
 }

@@ -26,6 +26,9 @@ struct Outcome {
     profile_changes: u64,
     deferred_polls: u64,
     mode_switches: u64,
+    /// The highest profile any of the CQs had when the run started, and when it ended.
+    profile_at_start: u8,
+    profile_at_end: u8,
 }
 
 impl Outcome {
@@ -94,14 +97,18 @@ fn stream(
         o.profile_changes += a.profile_changes - b.profile_changes;
         o.deferred_polls += a.deferred_polls - b.deferred_polls;
         o.mode_switches += a.mode_switches - b.mode_switches;
+        o.profile_at_start = o.profile_at_start.max(b.profile_ix);
+        o.profile_at_end = o.profile_at_end.max(a.profile_ix);
     }
     pr_info!(
-        "dim: {} qps {} depth {}: {} events per 1k completions, max profile {}, {} profile changes, {} deferred polls, {} mode switches\n",
+        "dim: {} qps {} depth {}: {} events per 1k completions, max profile {}, profile {} -> {}, {} profile changes, {} deferred polls, {} mode switches\n",
         mode.name(),
         qps,
         depth,
         o.events_per_1k(),
         o.max_profile,
+        o.profile_at_start,
+        o.profile_at_end,
         o.profile_changes,
         o.deferred_polls,
         o.mode_switches
