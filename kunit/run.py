@@ -416,20 +416,27 @@ def dim_ratios(rows):
     by = {}
     for r in rows:
         if r.get("bench") == "dim":
-            by.setdefault(r["depth"], {})[r["setup"]] = r
+            by.setdefault((r["qps"], r["depth"]), {})[r["setup"]] = r
     ev = "events_per_1k_completions"
-    for depth, s in sorted(by.items()):
+    for (qps, depth), s in sorted(by.items()):
         if not {"none_softirq", "none_workqueue", "dim", "adaptive"} <= set(s):
             continue
         base = s["none_softirq"]
         best = max(s[k]["ops_per_s"] for k in ("none_softirq", "none_workqueue", "dim"))
         def ratio(x, y):
             return f"{x / y:.2f}" if y else "n/a"
-        print(f"dim depth={depth}: ops/s adaptive/best-fixed "
+        print(f"dim qps={qps} depth={depth}: ops/s adaptive/best-fixed "
               f"{ratio(s['adaptive']['ops_per_s'], best)}; events/completion vs none_softirq: "
               f"dim {ratio(s['dim'][ev], base[ev])}, adaptive {ratio(s['adaptive'][ev], base[ev])}; "
               f"mean latency vs none_softirq: dim {ratio(s['dim']['lat_mean_ns'], base['lat_mean_ns'])}, "
-              f"adaptive {ratio(s['adaptive']['lat_mean_ns'], base['lat_mean_ns'])}")
+              f"adaptive {ratio(s['adaptive']['lat_mean_ns'], base['lat_mean_ns'])}; "
+              f"dim profile changes {s['dim'].get('profile_changes', 'n/a')}, "
+              f"deferred polls {s['dim']['deferred_polls']}"
+              + (f"; adaptive_workqueue/none_workqueue ops/s "
+                 f"{ratio(s['adaptive_workqueue']['ops_per_s'], s['none_workqueue']['ops_per_s'])}"
+                 if "adaptive_workqueue" in s else "")
+              + (f" (timer asked {s['dim']['defer_asked_us']} us, waited {s['dim']['defer_waited_us']} us)"
+                 if s['dim'].get('deferred_polls') and 'defer_waited_us' in s['dim'] else ""))
 
 
 def host_totals(path, res):

@@ -159,6 +159,11 @@ pub(crate) struct CqStats {
     pub(crate) profile_max: AtomicU64,
     /// Passes run by the software-moderation timer instead of a completion event.
     pub(crate) deferred_polls: AtomicU64,
+    /// Microseconds the software-moderation timer was asked to wait, summed.
+    pub(crate) deferred_asked_us: AtomicU64,
+    /// Microseconds from starting the timer to its callback, summed: how closely the timer
+    /// follows the profile (under TCG, not closely).
+    pub(crate) deferred_waited_us: AtomicU64,
     /// Adaptive mode: switches between interrupt and polling mode.
     pub(crate) mode_switches: AtomicU64,
 }
@@ -183,6 +188,10 @@ pub(crate) struct CqSnapshot {
     pub(crate) profile_max: u64,
     /// See [`CqStats::deferred_polls`].
     pub(crate) deferred_polls: u64,
+    /// See [`CqStats::deferred_asked_us`].
+    pub(crate) deferred_asked_us: u64,
+    /// See [`CqStats::deferred_waited_us`].
+    pub(crate) deferred_waited_us: u64,
     /// See [`CqStats::mode_switches`].
     pub(crate) mode_switches: u64,
     /// The DIM profile index now.
@@ -216,6 +225,8 @@ pub(crate) struct CqEngine {
     /// Software moderation: the deferred poll.
     #[pin]
     timer: Opaque<bindings::hrtimer>,
+    /// When `timer` was started (ns, monotonic clock).
+    timer_started: AtomicU64,
     modstate: Opaque<ModState>,
     stats: CqStats,
     dying: AtomicBool,
@@ -253,6 +264,8 @@ impl CqEngine {
             profile_changes: get(&st.profile_changes),
             profile_max: get(&st.profile_max),
             deferred_polls: get(&st.deferred_polls),
+            deferred_asked_us: get(&st.deferred_asked_us),
+            deferred_waited_us: get(&st.deferred_waited_us),
             mode_switches: get(&st.mode_switches),
             profile_ix: self.profile_ix(),
         }
@@ -313,6 +326,13 @@ impl CqEngine {
             }
             PassEnd::Poll => self.schedule(),
             PassEnd::Defer { usec } => {
+                self.stats
+                    .deferred_asked_us
+                    .fetch_add(usec.into(), Ordering::Relaxed);
+                // Stored before the timer is started, so before its callback reads it.
+                // SAFETY: FFI call without preconditions.
+                let now = unsafe { bindings::ktime_get() };
+                self.timer_started.store(now as u64, Ordering::Release);
                 // SAFETY: `timer` was initialized in `create` and is cancelled before the
                 // engine goes.
                 unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec.into()) };
@@ -329,6 +349,13 @@ impl CqEngine {
         // SAFETY: `timer` is the `timer` field of an engine (`Opaque` is transparent).
         let engine = unsafe { &*kernel::container_of!(timer, Self, timer) };
         engine.stats.deferred_polls.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: FFI call without preconditions.
+        let now = unsafe { bindings::ktime_get() } as u64;
+        let waited = now.saturating_sub(engine.timer_started.load(Ordering::Acquire));
+        engine
+            .stats
+            .deferred_waited_us
+            .fetch_add(waited / 1000, Ordering::Relaxed);
         if !engine.dying.load(Ordering::Acquire) {
             engine.schedule();
         }
@@ -517,6 +544,7 @@ impl CqEngine {
                     // SAFETY: `p` is valid for writes.
                     unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }
                 }),
+                timer_started: AtomicU64::new(0),
                 modstate: Opaque::new(ModState::default()),
                 stats: CqStats::default(),
                 dying: AtomicBool::new(false),

@@ -225,7 +225,7 @@ impl CqPool {
                 m,
                 "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
                  moderation {} profile {} profile_max {} profile_changes {} samples {} \
-                 deferred_polls {} mode_switches {}",
+                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {}",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
@@ -240,6 +240,8 @@ impl CqPool {
                 st.profile_changes,
                 st.samples,
                 st.deferred_polls,
+                st.deferred_asked_us,
+                st.deferred_waited_us,
                 st.mode_switches,
             )?;
         }
