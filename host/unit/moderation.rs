@@ -226,4 +226,6 @@ fn modes_from_c_values() {
     assert_eq!(Moderation::from_raw(1), Some(Moderation::Dim));
     assert_eq!(Moderation::from_raw(2), Some(Moderation::Adaptive));
     assert_eq!(Moderation::from_raw(3), None);
+    let names: Vec<_> = Moderation::ALL.iter().map(|m| m.name()).collect();
+    assert_eq!(names, ["none", "dim", "adaptive"], "as debugfs shows them");
 }
