@@ -146,6 +146,31 @@ fn adaptive_switches() -> TestResult {
     Ok(())
 }
 
+/// Pooled CQs for `qps` loopback QPs on `dev` with `depth` entries each for sends and for
+/// receives: QP `i` gets a send and a receive CQ on vector hint `i`, polled in `ctx(i)` and
+/// moderated by `mode`. Returns the references and their raw pointers.
+#[expect(clippy::type_complexity, reason = "a test helper's pair of lists")]
+fn cq_pairs(
+    dev: &DeviceRef,
+    qps: usize,
+    depth: usize,
+    ctx: impl Fn(usize) -> PollCtx,
+    mode: Moderation,
+) -> Result<(
+    KVec<(PooledCq, PooledCq)>,
+    KVec<(*mut bindings::ib_cq, *mut bindings::ib_cq)>,
+)> {
+    let mut cqs = KVec::with_capacity(qps, GFP_KERNEL)?;
+    let mut raw = KVec::with_capacity(qps, GFP_KERNEL)?;
+    for i in 0..qps {
+        let s = PooledCq::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
+        let r = PooledCq::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
+        raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
+        cqs.push((s, r), GFP_KERNEL)?;
+    }
+    Ok((cqs, raw))
+}
+
 /// The adaptive mode switches between interrupt and polling mode *during* rounds whose every
 /// completion is checked: none is lost, duplicated or misdelivered across a switch.
 fn adaptive_switches_lose_nothing() -> TestResult {
@@ -153,34 +178,21 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     const DEPTH: usize = 32;
     let dev = super::guest::required(c_str!("rxe0"))?;
     let state = client::device_state(dev.device()).ok_or(Failed)?;
-    let mut cqs = KVec::new();
-    let mut raw = KVec::new();
-    for i in 0..QPS {
-        let s = PooledCq::get(
-            dev.device(),
-            DEPTH as u32,
-            i as i32,
-            PollCtx::Softirq,
-            Moderation::Adaptive,
-        )?;
-        let r = PooledCq::get(
-            dev.device(),
-            DEPTH as u32,
-            i as i32,
-            PollCtx::Softirq,
-            Moderation::Adaptive,
-        )?;
-        raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
-        cqs.push((s, r), GFP_KERNEL)?;
-    }
-    let switches = || {
-        let mut n = 0;
-        for &(s, r) in raw.iter() {
-            for cq in [s, r] {
-                n += state.cq_pools().info(cq).map_or(0, |i| i.mode_switches);
+    let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |_| PollCtx::Softirq, Moderation::Adaptive)?;
+    let mut distinct = KVec::new();
+    for &(s, r) in raw.iter() {
+        for cq in [s, r] {
+            if !distinct.contains(&cq) {
+                distinct.push(cq, GFP_KERNEL)?;
             }
         }
-        n
+    }
+    let switches = || -> u64 {
+        distinct
+            .iter()
+            .filter_map(|&cq| state.cq_pools().info(cq))
+            .map(|i| i.mode_switches)
+            .sum()
     };
     let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
     let mut rounds_with_switches = 0;
@@ -209,15 +221,7 @@ fn exactly_once_in_every_mode() -> TestResult {
     kassert!(dev.is_some(), "rxe0 is not registered");
     let dev = dev.ok_or(Failed)?;
     for mode in Moderation::ALL {
-        let mut cqs = KVec::new();
-        let mut raw = KVec::new();
-        for i in 0..QPS {
-            let ctx = PollCtx::ALL[i % 3];
-            let s = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, mode)?;
-            let r = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, mode)?;
-            raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
-            cqs.push((s, r), GFP_KERNEL)?;
-        }
+        let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |i| PollCtx::ALL[i % 3], mode)?;
         let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
         for round in 0..8u32 {
             let res = lb.round(round, round % 2 == 1, 20_000);
