@@ -194,22 +194,35 @@ fn adaptive_switches_lose_nothing() -> TestResult {
             .map(|i| i.mode_switches)
             .sum()
     };
+    // At least 12 rounds, and more (up to 40) until 3 of them switched: the debug kernel's
+    // passes are slower and fewer of its rounds switch.
+    const WANT: u32 = 3;
     let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
-    let mut rounds_with_switches = 0;
-    for round in 0..12u32 {
+    let (mut rounds, mut rounds_with_switches) = (0u32, 0u32);
+    while rounds < 40 && (rounds < 12 || rounds_with_switches < WANT) {
         let before = switches();
-        let res = lb.round(round, round % 2 == 1, 20_000);
-        kassert!(res.is_ok(), "round {}: {:?}", round, res);
+        let res = lb.round(rounds, rounds % 2 == 1, 20_000);
+        kassert!(res.is_ok(), "round {}: {:?}", rounds, res);
         if switches() > before {
             rounds_with_switches += 1;
         }
+        rounds += 1;
     }
-    kassert_eq!(lb.completions(), 12 * 2 * (QPS * DEPTH) as u64);
-    pr_info!(
-        "dim: adaptive: {} of 12 checked rounds switched modes\n",
-        rounds_with_switches
+    kassert_eq!(
+        lb.completions(),
+        u64::from(rounds) * 2 * (QPS * DEPTH) as u64
     );
-    kassert!(rounds_with_switches > 0, "no round switched modes");
+    pr_info!(
+        "dim: adaptive: {} of {} checked rounds switched modes\n",
+        rounds_with_switches,
+        rounds
+    );
+    kassert!(
+        rounds_with_switches >= WANT,
+        "{} of {} rounds switched modes",
+        rounds_with_switches,
+        rounds
+    );
     Ok(())
 }
 
