@@ -443,7 +443,7 @@ impl CqEngine {
 
     /// Schedules the pass a completion event asks for.
     ///
-    /// A device that raises its events in task context (rxe does, from its own workers)
+    /// A device that raises its events in task context (rxe and siw, from their own workers)
     /// would leave an `IB_POLL_SOFTIRQ` pass to ksoftirqd, which runs at normal priority and
     /// does not preempt the device's workers; the pass then waits behind them. Such an event
     /// queues `kick` on ibext's high-priority completion workqueue instead, on this CPU, whose
