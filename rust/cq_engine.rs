@@ -168,8 +168,6 @@ pub(crate) struct CqStats {
     pub(crate) deferred_waited_us: AtomicU64,
     /// Adaptive mode: switches between interrupt and polling mode.
     pub(crate) mode_switches: AtomicU64,
-    /// Softirq context: events raised in task context, kicked through the workqueue.
-    pub(crate) kicks: AtomicU64,
 }
 
 /// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
@@ -198,8 +196,6 @@ pub(crate) struct CqSnapshot {
     pub(crate) deferred_waited_us: u64,
     /// See [`CqStats::mode_switches`].
     pub(crate) mode_switches: u64,
-    /// See [`CqStats::kicks`].
-    pub(crate) kicks: u64,
     /// The DIM profile index now.
     pub(crate) profile_ix: u8,
 }
@@ -277,7 +273,6 @@ impl CqEngine {
             deferred_asked_us: get(&st.deferred_asked_us),
             deferred_waited_us: get(&st.deferred_waited_us),
             mode_switches: get(&st.mode_switches),
-            kicks: get(&st.kicks),
             profile_ix: self.profile_ix(),
         }
     }
@@ -453,7 +448,6 @@ impl CqEngine {
     fn schedule_for_event(&self) {
         // SAFETY: FFI call without preconditions.
         if self.ctx == PollCtx::Softirq && unsafe { bindings::ibext_shim_in_task_context() } {
-            self.stats.kicks.fetch_add(1, Ordering::Relaxed);
             // SAFETY: The workqueues outlive every CQ (see `Workqueues`), and `kick` was
             // initialized in `create`.
             unsafe {

@@ -225,7 +225,7 @@ impl CqPool {
                 m,
                 "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
                  moderation {} profile {} profile_max {} profile_changes {} samples {} \
-                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {} kicks {}",
+                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {}",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
@@ -243,7 +243,6 @@ impl CqPool {
                 st.deferred_asked_us,
                 st.deferred_waited_us,
                 st.mode_switches,
-                st.kicks,
             )?;
         }
         Ok(())

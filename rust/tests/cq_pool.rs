@@ -103,18 +103,6 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     }
     kassert_eq!(lb.completions(), 12 * 2 * (QPS * DEPTH) as u64);
     drop(lb);
-    // rxe raises its events in task context: softirq CQs kick them through the workqueue (so
-    // they are not left to ksoftirqd); the workqueue contexts never kick.
-    let kicks: u64 = distinct
-        .iter()
-        .filter_map(|&cq| state.cq_pools().info(cq))
-        .map(|i| i.kicks)
-        .sum();
-    if ctx == PollCtx::Softirq {
-        kassert!(kicks > 0, "no event of rxe was kicked");
-    } else {
-        kassert_eq!(kicks, 0);
-    }
     for &(s, r) in raw.iter() {
         kassert!(state.cq_pools().used(s).is_some());
         kassert!(state.cq_pools().used(r).is_some());
