@@ -4,9 +4,7 @@
 //!
 //! A CQ's completion handler may run in hard-IRQ context, or, for rxe, with the CQ's spinlock
 //! held and interrupts off, so it only schedules: `irq_poll` for `IB_POLL_SOFTIRQ`, a work item
-//! on ibext's own workqueues for the two workqueue contexts. An `IB_POLL_SOFTIRQ` event raised
-//! in task context (rxe) is kicked through ibext's high-priority workqueue, so that its softirq
-//! is not left to ksoftirqd.
+//! on ibext's own workqueues for the two workqueue contexts.
 //!
 //! A poll pass polls in batches of [`POLL_BATCH`] and hands each completion to its
 //! `wr_cqe->done`, up to the context's budget. A pass that ends under budget re-arms with
@@ -20,9 +18,9 @@
 //! switches between interrupt mode and polling mode.
 //!
 //! Teardown: a CQ is marked dying and the handlers that may not have seen the mark are waited
-//! for (they run inside `rcu_read_lock()`); then the softirq kick is cancelled, the poller is
-//! disabled or cancelled, the moderation timer (whose callback schedules nothing once the CQ is
-//! dying) and DIM's work are cancelled, and only then is the CQ destroyed.
+//! for (they run inside `rcu_read_lock()`); then the poller is disabled or cancelled, the
+//! moderation timer (whose callback schedules nothing once the CQ is dying) and DIM's work are
+//! cancelled, and only then is the CQ destroyed.
 
 use crate::{
     bindings, dim,
@@ -220,10 +218,6 @@ pub(crate) struct CqEngine {
     iop: Opaque<bindings::irq_poll>,
     #[pin]
     work: Opaque<bindings::work_struct>,
-    /// Softirq context: runs the softirq for an event raised in task context (see
-    /// [`CqEngine::schedule_for_event`]).
-    #[pin]
-    kick: Opaque<bindings::work_struct>,
     wc: Opaque<[bindings::ib_wc; POLL_BATCH]>,
     /// lib/dim's state; its `work` applies a new profile.
     #[pin]
@@ -436,44 +430,6 @@ impl CqEngine {
         }
     }
 
-    /// Schedules the pass a completion event asks for.
-    ///
-    /// A device that raises its events in task context (rxe and siw, from their own workers)
-    /// would leave an `IB_POLL_SOFTIRQ` pass to ksoftirqd, which runs at normal priority and
-    /// does not preempt the device's workers; the pass then waits behind them. Such an event
-    /// queues `kick` on ibext's high-priority completion workqueue instead, on this CPU, whose
-    /// worker runs the softirq as it re-enables bottom halves: the pass still runs in softirq
-    /// context, as soon as a workqueue pass would. Events from interrupt context (hardware)
-    /// schedule irq_poll directly.
-    fn schedule_for_event(&self) {
-        // SAFETY: FFI call without preconditions.
-        if self.ctx == PollCtx::Softirq && unsafe { bindings::ibext_shim_in_task_context() } {
-            // SAFETY: The workqueues outlive every CQ (see `Workqueues`), and `kick` was
-            // initialized in `create`.
-            unsafe {
-                bindings::ibext_shim_queue_work(COMP_WQ.load(Ordering::Acquire), self.kick.get())
-            };
-        } else {
-            self.schedule();
-        }
-    }
-
-    /// The work function of `kick`: schedules irq_poll and runs the softirq on this CPU.
-    ///
-    /// # Safety
-    ///
-    /// Called by the workqueue only, with the `kick` of an engine.
-    unsafe extern "C" fn kick_fn(work: *mut bindings::work_struct) {
-        // SAFETY: `work` is the `kick` field of an engine (`Opaque` is transparent); teardown
-        // cancels `kick` before the engine goes.
-        let engine = unsafe { &*kernel::container_of!(work, Self, kick) };
-        if !engine.dying.load(Ordering::Acquire) {
-            // SAFETY: `iop` was initialized in `create`; once teardown disabled it, this
-            // schedules nothing.
-            unsafe { bindings::ibext_shim_irq_poll_sched_now(engine.iop.get()) };
-        }
-    }
-
     /// Re-arms the CQ; returns whether completions may have been missed (so poll again).
     fn rearm(&self) -> bool {
         // SAFETY: Called by the poller, with the CQ alive.
@@ -494,7 +450,7 @@ impl CqEngine {
         // SAFETY: FFI call; paired with the unlock below.
         unsafe { bindings::ibext_shim_rcu_read_lock() };
         if !engine.dying.load(Ordering::Acquire) {
-            engine.schedule_for_event();
+            engine.schedule();
         }
         // SAFETY: Paired with the lock above.
         unsafe { bindings::ibext_shim_rcu_read_unlock() };
@@ -581,10 +537,6 @@ impl CqEngine {
                 work <- Opaque::ffi_init(|p: *mut bindings::work_struct| {
                     // SAFETY: `p` is valid for writes.
                     unsafe { bindings::ibext_shim_init_work(p, Some(Self::work_fn)) }
-                }),
-                kick <- Opaque::ffi_init(|p: *mut bindings::work_struct| {
-                    // SAFETY: `p` is valid for writes.
-                    unsafe { bindings::ibext_shim_init_work(p, Some(Self::kick_fn)) }
                 }),
                 wc: Opaque::uninit(),
                 dim <- dim::new_dim(Self::dim_work_fn),
@@ -704,10 +656,6 @@ impl Drop for OwnedCq {
         if !engine.dying.swap(true, Ordering::AcqRel) {
             wait_for_handlers();
         }
-        // No handler queues `kick` any more; a kick that ran before `dying` was set has
-        // scheduled its pass, which the disable below waits for.
-        // SAFETY: `kick` was initialized in `create`.
-        unsafe { bindings::cancel_work_sync(engine.kick.get()) };
         match engine.ctx {
             // SAFETY: `iop` was initialized in `create`; this waits for a running poll.
             PollCtx::Softirq => unsafe { bindings::irq_poll_disable(engine.iop.get()) },

@@ -8,9 +8,6 @@
 //!
 //! This file holds only `mod` lines, the module object and its lifetime.
 
-// `pin_init!` of the completion engine (17 fields) recurses deeper than the default 128.
-#![recursion_limit = "256"]
-
 mod api;
 mod bindings;
 mod client;

@@ -9,13 +9,10 @@
  *  - EXPORT_SYMBOL_GPL of the C API, whose bodies are #[no_mangle] Rust
  *    functions in the same module.
  */
-#include <linux/bottom_half.h>
 #include <linux/bug.h>
 #include <linux/cpumask.h>
-#include <linux/irq_poll.h>
 #include <linux/module.h>
 #include <linux/percpu.h>
-#include <linux/preempt.h>
 #include <linux/rcupdate.h>
 #include <linux/workqueue.h>
 #include <rdma/ibext.h>
@@ -111,24 +108,6 @@ void ibext_shim_init_work(struct work_struct *work, work_func_t func)
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work)
 {
 	return queue_work(wq, work);
-}
-
-/*
- * Whether a softirq raised now would be left to ksoftirqd: the caller is in
- * task context (interrupts may be off) rather than in hard or soft interrupt
- * context or a bottom-half-disabled section, where it runs on the way out.
- */
-bool ibext_shim_in_task_context(void)
-{
-	return !in_interrupt();
-}
-
-/* Schedules @iop and runs the softirq here, as bottom halves are re-enabled. */
-void ibext_shim_irq_poll_sched_now(struct irq_poll *iop)
-{
-	local_bh_disable();
-	irq_poll_sched(iop);
-	local_bh_enable();
 }
 
 /* The same flags as ib_core's ib_comp_wq and ib_comp_unbound_wq. */

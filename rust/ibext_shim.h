@@ -51,8 +51,6 @@ void ibext_shim_rcu_read_unlock(void);
 /* Workqueues: INIT_WORK and alloc_workqueue are macros. */
 void ibext_shim_init_work(struct work_struct *work, work_func_t func);
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work);
-bool ibext_shim_in_task_context(void);
-void ibext_shim_irq_poll_sched_now(struct irq_poll *iop);
 struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
 
 /* GID index: static inlines and macros of ib_verbs.h, per-CPU counters. */
