@@ -156,16 +156,9 @@ impl Cqs {
 
     /// Distinct CQs and their entries.
     fn distinct(&self, qps: usize) -> Result<(KVec<*mut bindings::ib_cq>, u64)> {
-        let mut d = KVec::new();
-        let mut cqe = 0u64;
-        for i in 0..qps {
-            let cq = self.cq(i);
-            if !d.contains(&cq) {
-                d.push(cq, GFP_KERNEL)?;
-                // SAFETY: The CQ is alive while `self` holds it.
-                cqe += unsafe { (*cq).cqe } as u64;
-            }
-        }
+        let d = super::guest::distinct_cqs((0..qps).map(|i| self.cq(i)))?;
+        // SAFETY: The CQs are alive while `self` holds them.
+        let cqe = d.iter().map(|&cq| unsafe { (*cq).cqe } as u64).sum();
         Ok((d, cqe))
     }
 }

@@ -82,14 +82,7 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     let nr = state.cq_pools().nr_cqs(ctx);
     // `checked_rem`: `%` would carry a divide-by-zero panic (objtool flagged its call).
     kassert_eq!(nr.checked_rem(state.comp_vectors() as usize), Some(0));
-    let mut distinct = KVec::new();
-    for &(s, r) in raw.iter() {
-        for cq in [s, r] {
-            if !distinct.contains(&cq) {
-                distinct.push(cq, GFP_KERNEL)?;
-            }
-        }
-    }
+    let distinct = super::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     kassert!(
         distinct.len() <= state.comp_vectors() as usize,
         "{} CQs for 8 QPs",

@@ -62,12 +62,7 @@ fn stream(
         raw.push(cq.as_raw(), GFP_KERNEL)?;
         cqs.push(cq, GFP_KERNEL)?;
     }
-    let mut distinct = KVec::new();
-    for &cq in raw.iter() {
-        if !distinct.contains(&cq) {
-            distinct.push(cq, GFP_KERNEL)?;
-        }
-    }
+    let distinct = super::guest::distinct_cqs(raw.iter().copied())?;
     let snapshot = |cqs: &KVec<*mut bindings::ib_cq>| -> KVec<CqSnapshot> {
         let mut v = KVec::new();
         for &cq in cqs.iter() {
@@ -179,14 +174,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     let dev = super::guest::required(c_str!("rxe0"))?;
     let state = client::device_state(dev.device()).ok_or(Failed)?;
     let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |_| PollCtx::Softirq, Moderation::Adaptive)?;
-    let mut distinct = KVec::new();
-    for &(s, r) in raw.iter() {
-        for cq in [s, r] {
-            if !distinct.contains(&cq) {
-                distinct.push(cq, GFP_KERNEL)?;
-            }
-        }
-    }
+    let distinct = super::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     let switches = || -> u64 {
         distinct
             .iter()

@@ -89,6 +89,19 @@ pub(crate) fn required(name: &CStr) -> core::result::Result<DeviceRef, crate::ku
     dev.ok_or(crate::kunit::Failed)
 }
 
+/// The distinct CQs among `cqs` (pooled CQs are shared), in first-seen order.
+pub(crate) fn distinct_cqs(
+    cqs: impl IntoIterator<Item = *mut bindings::ib_cq>,
+) -> Result<KVec<*mut bindings::ib_cq>> {
+    let mut d = KVec::new();
+    for cq in cqs {
+        if !d.contains(&cq) {
+            d.push(cq, GFP_KERNEL)?;
+        }
+    }
+    Ok(d)
+}
+
 /// Sleeps for `ms` milliseconds.
 pub(crate) fn msleep(ms: u32) {
     // SAFETY: FFI call; tests run in process context.
