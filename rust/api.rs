@@ -64,9 +64,7 @@ impl PooledCq {
         moderation: Moderation,
     ) -> Result<Self> {
         let state = client::device_state(dev).ok_or(ENODEV)?;
-        let cq = state
-            .cq_pools()
-            .get(dev, state.comp_vectors(), nr_cqe, hint, ctx, moderation)?;
+        let cq = state.cq_pool_get(nr_cqe, hint, ctx, moderation)?;
         // INVARIANT: `nr_cqe` entries of `cq` were just taken from `state`'s pool.
         Ok(PooledCq { state, cq, nr_cqe })
     }
@@ -84,7 +82,8 @@ impl PooledCq {
 
 impl Drop for PooledCq {
     fn drop(&mut self) {
-        self.state.cq_pools().put(self.cq.as_ptr(), self.nr_cqe);
+        // Dropped here, after the state's last use: possibly its last reference.
+        drop(self.state.cq_put(self.cq.as_ptr(), self.nr_cqe));
     }
 }
 
@@ -102,10 +101,9 @@ fn cq_pool_get(
     let moderation = Moderation::from_raw(moderation).ok_or(EINVAL)?;
     // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
     let dev = unsafe { Device::from_raw(dev) };
+    // The reference, taken under RCU, keeps the state alive across a racing `remove`.
     let state = client::device_state(dev).ok_or(ENODEV)?;
-    state
-        .cq_pools()
-        .get(dev, state.comp_vectors(), nr_cqe, hint, ctx, moderation)
+    state.cq_pool_get(nr_cqe, hint, ctx, moderation)
 }
 
 /// C entry point of `ibext_cq_pool_get()`; see `include/rdma/ibext.h`.
@@ -157,16 +155,16 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
     if warn_on_once!(cq.is_null(), "ibext_cq_pool_put: NULL CQ") {
         return;
     }
-    // SAFETY: `cq` is a CQ the caller may use (the C contract), so its device is registered.
-    let dev = unsafe { Device::from_raw((*cq).device) };
-    let Some(state) = client::device_state(dev) else {
-        warn_on_once!(
-            true,
-            "ibext_cq_pool_put: ibext is not attached to the CQ's device"
-        );
+    // The CQ leads back to its state, also after ibext's `remove` (rdma_cm-driven ULPs put
+    // their CQs back when rdma_cm, removed after ibext, tells them the device is going).
+    // SAFETY: `cq` is a live CQ the caller holds `nr_cqe` entries on (the C contract), until
+    // this call returns.
+    let Some(state) = (unsafe { DeviceState::of_pooled_cq(cq) }) else {
+        warn_on_once!(true, "ibext_cq_pool_put: not a CQ from ibext's pool");
         return;
     };
-    state.cq_pools().put(cq, nr_cqe);
+    // The returned reference, if any, is dropped after the state's last use here.
+    drop(state.cq_put(cq, nr_cqe));
 }
 
 /// The checks of `ibext_find_gid*`, then the lookup.

@@ -5,10 +5,17 @@
 //!
 //! ib_core calls `add` for every device present at registration and every device registered
 //! later, and `remove` before a device goes away or when the client unregisters. Clients are
-//! removed in reverse order of registration, so a ULP that registered after ibext is removed
-//! from a device before ibext is, and ibext's state outlives every ULP use of it.
+//! removed in reverse order of registration, so a ULP with its own client registered after
+//! ibext's is removed first; but rdma_cm's client (and with it every rdma_cm-driven ULP: iSER,
+//! NFS/RDMA, SMB-Direct) registered before ibext and is removed *after* it. So `remove` only
+//! unpublishes the state and drops the client data's reference: what ULPs still hold (pooled
+//! CQ entries, SRQ pools) keeps the state alive until they let go (see `device.rs`).
 
-use crate::{bindings, device::DeviceState, ib::Device};
+use crate::{
+    bindings,
+    device::DeviceState,
+    ib::{Device, RcuGuard},
+};
 use core::{
     ffi::c_void,
     sync::atomic::{AtomicBool, Ordering},
@@ -74,42 +81,40 @@ impl Drop for Registration {
     }
 }
 
-/// Returns ibext's state for `dev`, or `None` if ibext is not attached to it.
+/// Runs `f` on ibext's state for `dev` inside an RCU read-side critical section; `None` if ibext
+/// is not attached to `dev` or its `remove` has started.
 ///
-/// Valid for as long as the caller may use `dev`: a ULP's own client callbacks and every call it
-/// makes between its `add` and `remove` lie inside ibext's `add`..`remove` of the same device.
-pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
+/// The client data is read under RCU because it outlives nothing of ib_core's: 6.12's
+/// `ib_get_client_data()` is a plain `xa_load()`, and `remove_client_context()`
+/// (drivers/infiniband/core/device.c) calls `remove` *before* it erases the entry. So
+/// [`remove_one`] clears the entry itself, waits for a grace period, and only then drops the
+/// reference the entry held: a caller that found the state inside its critical section used it,
+/// or took its own reference, before that.
+pub(crate) fn with_device_state<R>(
+    dev: &Device,
+    f: impl FnOnce(ArcBorrow<'_, DeviceState>) -> R,
+) -> Option<R> {
     if !REGISTERED.load(Ordering::Acquire) {
         return None;
     }
-    // SAFETY: `dev` is registered (invariant of `Device`) and `CLIENT` is registered.
+    let _rcu = RcuGuard::new();
+    // SAFETY: `dev` is a live device (invariant of `Device`); `CLIENT` is initialized.
     let data = unsafe { bindings::ibext_shim_get_client_data(dev.as_raw(), CLIENT.0.get()) };
     if data.is_null() {
         return None;
     }
-    // SAFETY: Non-null client data is only ever set by `add_one`, from `Arc::into_foreign`, and
-    // stays valid until `remove_one`, which the caller's use of `dev` precedes.
-    let borrowed = unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) };
-    Some(borrowed.into())
+    // SAFETY: Non-null client data is only ever set by `add_one`, from `Arc::into_foreign`; the
+    // reference it stands for is dropped by `remove_one` only after clearing the entry and
+    // waiting for a grace period, so it is alive for the rest of this critical section, which
+    // the borrow (passed to `f` only) does not outlive.
+    let state = unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) };
+    Some(f(state))
 }
 
-/// Returns ibext's state for `dev` without taking a reference, for hot paths that may run in
-/// atomic context (GID lookups): no shared counter is touched, and the caller can never drop the
-/// last reference.
-///
-/// Valid for as long as `dev` is, as for [`device_state`].
-pub(crate) fn device_state_borrow(dev: &Device) -> Option<ArcBorrow<'_, DeviceState>> {
-    if !REGISTERED.load(Ordering::Acquire) {
-        return None;
-    }
-    // SAFETY: `dev` is registered (invariant of `Device`) and `CLIENT` is registered.
-    let data = unsafe { bindings::ibext_shim_get_client_data(dev.as_raw(), CLIENT.0.get()) };
-    if data.is_null() {
-        return None;
-    }
-    // SAFETY: As in `device_state`: the client data stays valid while the caller may use `dev`,
-    // which the returned borrow's lifetime is tied to.
-    Some(unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) })
+/// Returns a reference to ibext's state for `dev`, or `None` if ibext is not attached to it
+/// (or is being removed from it).
+pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
+    with_device_state(dev, |s| s.into())
 }
 
 /// The client's `add`.
@@ -143,11 +148,20 @@ unsafe extern "C" fn remove_one(dev: *mut bindings::ib_device, data: *mut c_void
     if data.is_null() {
         return;
     }
-    // SAFETY: `data` came from `Arc::into_foreign` in `add_one`, and ib_core calls `remove`
-    // once per successful `add`, after clearing the client data, so we take it back exactly once.
-    let state = unsafe { <Arc<DeviceState> as ForeignOwnable>::from_foreign(data) };
-    // SAFETY: The device is still registered while its clients are removed.
+    // SAFETY: ib_core calls `remove` with the device still registered for its clients: its
+    // refcount is held by `disable_device()` until every client is removed.
     let dev = unsafe { Device::from_raw(dev) };
+    // Unpublish before tearing down (see `with_device_state`): new lookups find nothing, and
+    // the grace period waits for lookups that found the state.
+    // SAFETY: `CLIENT` is registered and we are inside its `remove` for `dev`; storing NULL
+    // does not allocate.
+    unsafe { bindings::ib_set_client_data(dev.as_raw(), CLIENT.0.get(), core::ptr::null_mut()) };
+    // SAFETY: FFI call; `remove` runs in process context.
+    unsafe { bindings::synchronize_rcu() };
+    // SAFETY: `data` came from `Arc::into_foreign` in `add_one`; ib_core calls `remove` once per
+    // successful `add` with that data, and no lookup can reach it any more (above), so we take
+    // the reference back exactly once.
+    let state = unsafe { <Arc<DeviceState> as ForeignOwnable>::from_foreign(data) };
     state.remove(dev);
 }
 

@@ -97,6 +97,9 @@ impl PollCtx {
     }
 }
 
+/// The lockdep class of pooled CQs' DIM work.
+static DIM_CLASS: crate::ib::LockClass = crate::ib::LockClass::new();
+
 /// ibext's completion workqueues, bound and unbound; published while the module is loaded.
 static COMP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(core::ptr::null_mut());
 static COMP_UNBOUND_WQ: AtomicPtr<bindings::workqueue_struct> =
@@ -129,6 +132,16 @@ impl Workqueues {
 
 impl Drop for Workqueues {
     fn drop(&mut self) {
+        let live = crate::ledger::counts(Kind::PooledCq).live();
+        if live != 0 {
+            // A ULP leaked pooled CQs (reported at unload): they may still queue work, so the
+            // queues are leaked with them rather than destroyed under them.
+            pr_err!(
+                "{} pooled CQs still live: keeping the completion workqueues\n",
+                live
+            );
+            return;
+        }
         for wq in [&COMP_WQ, &COMP_UNBOUND_WQ] {
             let q = wq.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !q.is_null() {
@@ -214,6 +227,9 @@ pub(crate) struct CqEngine {
     moderation: Moderation,
     /// The device applies DIM profiles itself (`modify_cq`).
     hw_moderation: bool,
+    /// What owns the CQ (the device state whose pools hold it), for `ibext_cq_pool_put` to find
+    /// its way back from the CQ alone; opaque to the engine.
+    owner: *const c_void,
     #[pin]
     iop: Opaque<bindings::irq_poll>,
     #[pin]
@@ -244,6 +260,29 @@ unsafe impl Sync for CqEngine {}
 impl CqEngine {
     fn cq(&self) -> *mut bindings::ib_cq {
         self.cq.load(Ordering::Acquire)
+    }
+
+    /// Returns the engine of `cq` if `cq` is one of ibext's pooled CQs (its completion handler
+    /// is the engine's), `None` for any other CQ.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is a live CQ, and stays live for `'a`.
+    pub(crate) unsafe fn of_cq<'a>(cq: *mut bindings::ib_cq) -> Option<&'a Self> {
+        // SAFETY: `cq` is live (caller contract).
+        let handler = unsafe { bindings::ibext_shim_cq_comp_handler(cq) };
+        let ours: unsafe extern "C" fn(*mut bindings::ib_cq, *mut c_void) = Self::comp_handler;
+        if handler != ours as *mut c_void {
+            return None;
+        }
+        // SAFETY: Only `create` makes CQs with this handler, and their `cq_context` is the
+        // engine, which outlives the CQ (`OwnedCq`).
+        unsafe { ((*cq).cq_context as *const Self).as_ref() }
+    }
+
+    /// Returns the owner given to [`CqEngine::create`].
+    pub(crate) fn owner(&self) -> *const c_void {
+        self.owner
     }
 
     /// Returns the CQ's moderation mode.
@@ -385,6 +424,23 @@ impl CqEngine {
     ///
     /// Must be called by the engine's poller only (see the type invariants), with the CQ alive.
     unsafe fn process(&self, budget: u32) -> u32 {
+        // Handlers run inside the engine's SRCU section, so that their owners can wait for them
+        // (`wait_for_dispatch`) in any poll context, also where handlers sleep.
+        // SAFETY: FFI call; paired with the exit below.
+        let idx = unsafe { bindings::ibext_shim_handlers_enter() };
+        // SAFETY: The caller's contract.
+        let completed = unsafe { self.process_locked(budget) };
+        // SAFETY: Paired with the enter above.
+        unsafe { bindings::ibext_shim_handlers_exit(idx) };
+        completed
+    }
+
+    /// [`CqEngine::process`], inside the SRCU section.
+    ///
+    /// # Safety
+    ///
+    /// As for [`CqEngine::process`].
+    unsafe fn process_locked(&self, budget: u32) -> u32 {
         let cq = self.cq();
         let wcs = self.wc.get().cast::<bindings::ib_wc>();
         let mut completed = 0u32;
@@ -519,6 +575,7 @@ impl CqEngine {
         vector: u32,
         ctx: PollCtx,
         moderation: Moderation,
+        owner: *const c_void,
     ) -> Result<OwnedCq> {
         let hw_moderation = dev.has_modify_cq();
         let engine = KBox::pin_init(
@@ -528,6 +585,7 @@ impl CqEngine {
                 vector,
                 moderation,
                 hw_moderation,
+                owner,
                 iop <- Opaque::ffi_init(|p: *mut bindings::irq_poll| {
                     // SAFETY: `p` is valid for writes; the budget fits a `c_int`.
                     unsafe {
@@ -536,10 +594,10 @@ impl CqEngine {
                 }),
                 work <- Opaque::ffi_init(|p: *mut bindings::work_struct| {
                     // SAFETY: `p` is valid for writes.
-                    unsafe { bindings::ibext_shim_init_work(p, Some(Self::work_fn)) }
+                    unsafe { crate::ib::init_work!(p, Self::work_fn, "ibext_cq_poll") }
                 }),
                 wc: Opaque::uninit(),
-                dim <- dim::new_dim(Self::dim_work_fn),
+                dim <- dim::new_dim(Self::dim_work_fn, c"ibext_cq_dim", &DIM_CLASS),
                 timer <- Opaque::ffi_init(|p: *mut bindings::hrtimer| {
                     // SAFETY: `p` is valid for writes.
                     unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }
@@ -642,6 +700,13 @@ impl OwnedCq {
             e.dying.store(true, Ordering::Release);
         }
     }
+}
+
+/// Waits until every `wr_cqe->done` that any pooled CQ's engine is running, in any poll
+/// context, has returned. Completions polled after this returns are dispatched afresh.
+pub(crate) fn wait_for_dispatch() {
+    // SAFETY: FFI call; callers are in process context.
+    unsafe { bindings::ibext_shim_handlers_wait() };
 }
 
 /// Waits until every completion handler that may have missed a `dying` mark has returned.

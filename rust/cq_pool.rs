@@ -13,6 +13,21 @@
 //!    allocation, a CQ creation or destruction, or anything that sleeps.
 //!
 //! New sets are made with no lock but `grow` held, then published under `inner`.
+//!
+//! # Lifetime
+//!
+//! A pooled CQ lives as long as ULPs hold entries on it, not as long as ibext's client: rdma_cm
+//! (and every rdma_cm-driven ULP) is removed from a device *after* ibext. When the device is
+//! removed from ibext, [`CqPools::retire_begin`] marks every pool dead (`get` fails with
+//! `ENODEV`) and destroys the CQs nobody uses; CQs with entries in use stay fully live
+//! (completions dispatched, `ib_drain_qp` works) and are counted in `orphans`. The put that
+//! brings the last of them to zero tells its caller to [`CqPools::release`] them (the device
+//! state holds a device reference until then, see `device.rs`).
+//!
+//! `orphans` carries a bias of one while `retire_begin`..`retire_end` runs, so that it reaches
+//! zero exactly once, after retirement has finished counting. A pool's busy CQs are added under
+//! its `inner` lock, in the same section that marks it dead, so every put that later sees the
+//! pool dead finds its CQ already counted.
 
 use crate::{
     bindings,
@@ -27,6 +42,7 @@ use crate::{
     warn::warn_on_once,
 };
 use core::{
+    ffi::c_void,
     fmt::Write,
     ptr::NonNull,
     sync::atomic::{AtomicU32, Ordering},
@@ -39,7 +55,8 @@ use kernel::{
 
 /// One pooled CQ as the pool sees it.
 struct PoolSlot {
-    cq: OwnedCq,
+    /// `None` once destroyed idle at retirement (the slot stays, so positions do not move).
+    cq: Option<OwnedCq>,
     vector: u32,
     capacity: u32,
     used: u32,
@@ -50,10 +67,31 @@ impl Slot for PoolSlot {
         self.vector
     }
     fn capacity(&self) -> u32 {
-        self.capacity
+        if self.cq.is_some() {
+            self.capacity
+        } else {
+            0
+        }
     }
     fn used(&self) -> u32 {
         self.used
+    }
+}
+
+impl PoolSlot {
+    /// Returns the CQ, or null once destroyed.
+    fn raw(&self) -> *mut bindings::ib_cq {
+        self.cq.as_ref().map_or(core::ptr::null_mut(), OwnedCq::cq)
+    }
+
+    /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
+    fn set_used(&mut self, used: u32) {
+        self.used = used;
+        let cq = self.raw();
+        if !cq.is_null() {
+            // SAFETY: The CQ is alive while the slot holds it.
+            unsafe { bindings::ibext_shim_cq_set_used(cq, used) };
+        }
     }
 }
 
@@ -95,8 +133,8 @@ impl CqPoolInner {
     fn take_locked(&mut self, vector: u32, nr_cqe: u32) -> Option<*mut bindings::ib_cq> {
         let pos = policy::pick_least_used(self.slots(), vector, nr_cqe)?;
         let slot = self.slot_mut(pos)?;
-        slot.used += nr_cqe;
-        Some(slot.cq.cq())
+        slot.set_used(slot.used + nr_cqe);
+        Some(slot.raw())
     }
 
     /// Appends a set at the tail, keeping the list oldest first.
@@ -140,17 +178,23 @@ impl CqPool {
     }
 
     /// Makes one CQ per usable vector, each of `cqe` entries; unwinds on failure.
-    fn make_set(&self, dev: &Device, vectors: u32, cqe: u32) -> Result<KBox<CqSet>> {
+    fn make_set(
+        &self,
+        dev: &Device,
+        vectors: u32,
+        cqe: u32,
+        owner: *const c_void,
+    ) -> Result<KBox<CqSet>> {
         let mut slots = KVec::with_capacity(vectors as usize, GFP_KERNEL)?;
         for vector in 0..vectors {
-            let cq = CqEngine::create(dev, cqe, vector, self.ctx, self.moderation)?;
+            let cq = CqEngine::create(dev, cqe, vector, self.ctx, self.moderation, owner)?;
             // SAFETY: The CQ was just made; drivers round its size up, so read what it has.
             let real = unsafe { (*cq.cq()).cqe };
             let capacity = u32::try_from(real).unwrap_or(0).max(cqe);
             // Within the capacity reserved above: no allocation.
             slots.push(
                 PoolSlot {
-                    cq,
+                    cq: Some(cq),
                     vector,
                     capacity,
                     used: 0,
@@ -168,47 +212,72 @@ impl CqPool {
         )?)
     }
 
-    /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool.
-    fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> Option<Result<(), policy::OverPut>> {
+    /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool. `Ok(true)`: the
+    /// pool is dead and `cq` has just become idle (one orphan fewer).
+    fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> Option<Result<bool, policy::OverPut>> {
         let mut inner = self.inner.lock();
-        let pos = inner.slots().position(|s| s.cq.cq() == cq)?;
+        let pos = inner.slots().position(|s| s.raw() == cq)?;
+        let dead = inner.dead;
         let slot = inner.slot_mut(pos)?;
-        Some(policy::put_back(slot.used, nr_cqe).map(|used| slot.used = used))
+        Some(policy::put_back(slot.used, nr_cqe).map(|used| {
+            slot.set_used(used);
+            dead && used == 0
+        }))
     }
 
-    /// Destroys every CQ (device removal). Reports CQs whose entries were never put back.
-    fn destroy_all(&self, dev: &Device) {
-        let mut head = {
+    /// Marks the pool dead and destroys its idle CQs; adds its busy ones to `orphans`.
+    fn retire(&self, dev: &Device, orphans: &AtomicU32) {
+        // No set is being made while we hold `grow`, and none is made once `dead` is set.
+        let _grow = self.grow.lock();
+        let total = {
             let mut inner = self.inner.lock();
             inner.dead = true;
-            inner.head.take()
-        };
-        let mut leaked = false;
-        let mut set = head.as_deref();
-        while let Some(s) = set {
-            for slot in s.slots.iter() {
-                if slot.used != 0 {
-                    leaked = true;
-                    pr_err!(
-                        "{}: pooled CQ (vector {}, {}) still has {} entries in use at removal\n",
-                        dev.name(),
-                        slot.vector,
-                        self.ctx.name(),
-                        slot.used
-                    );
-                }
-                slot.cq.mark_dying();
+            let busy = inner.slots().filter(|s| s.used != 0).count();
+            for slot in inner.slots().filter(|s| s.used != 0) {
+                pr_info!(
+                    "{}: pooled CQ (vector {}, {}) has {} entries in use at removal: kept until \
+                     they are put back\n",
+                    dev.name(),
+                    slot.vector,
+                    self.ctx.name(),
+                    slot.used
+                );
             }
-            set = s.next.as_deref();
+            orphans.fetch_add(busy as u32, Ordering::AcqRel);
+            inner.slots().filter(|s| s.cq.is_some()).count()
+        };
+        // Idle CQs are taken out under the lock into room allocated outside it. Without the
+        // room they are simply destroyed later, with the busy ones.
+        let Ok(mut idle) = KVec::<OwnedCq>::with_capacity(total, GFP_KERNEL) else {
+            return;
+        };
+        {
+            let mut inner = self.inner.lock();
+            let mut pos = 0;
+            while let Some(slot) = inner.slot_mut(pos) {
+                pos += 1;
+                if slot.used != 0 || idle.len() == idle.capacity() {
+                    continue;
+                }
+                if let Some(cq) = slot.cq.take() {
+                    // Within the capacity reserved above (checked just before): no allocation,
+                    // so no failure, under the lock.
+                    let _ = idle.push(cq, GFP_ATOMIC);
+                }
+            }
         }
-        warn_on_once!(
-            leaked,
-            "pooled CQ entries not put back before device removal"
-        );
-        if head.is_some() {
-            // One wait for every CQ's handlers, instead of one per CQ.
-            cq_engine::wait_for_handlers();
-        }
+        destroy_cqs(idle.iter());
+        // Dropped outside every lock: destroying CQs sleeps.
+        drop(idle);
+    }
+
+    /// Destroys every CQ left (the last put after retirement, or retirement with none busy).
+    fn release(&self) {
+        let mut head = self.inner.lock().head.take();
+        let cqs = core::iter::successors(head.as_deref(), |s| s.next.as_deref())
+            .flat_map(|s| s.slots.iter())
+            .filter_map(|s| s.cq.as_ref());
+        destroy_cqs(cqs);
         // Drop iteratively: each set drops its CQs (destroying them) outside every lock.
         while let Some(mut s) = head {
             head = s.next.take();
@@ -219,7 +288,9 @@ impl CqPool {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         let inner = self.inner.lock();
         for slot in inner.slots() {
-            let Some(e) = slot.cq.engine() else { continue };
+            let Some(e) = slot.cq.as_ref().and_then(OwnedCq::engine) else {
+                continue;
+            };
             let st = e.snapshot();
             writeln!(
                 m,
@@ -249,6 +320,15 @@ impl CqPool {
     }
 }
 
+/// Where the pools live: their device, the vectors they spread CQs over, and the owner their
+/// CQs carry back (`CqEngine::owner`).
+#[derive(Clone, Copy)]
+pub(crate) struct Home<'a> {
+    pub(crate) dev: &'a Device,
+    pub(crate) vectors: u32,
+    pub(crate) owner: *const c_void,
+}
+
 /// Number of pools per device: one per poll context and moderation mode.
 const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
 
@@ -257,6 +337,8 @@ const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
 #[pin_data]
 pub(crate) struct CqPools {
     rr: AtomicU32,
+    /// Busy CQs of dead pools, plus one while retirement runs (see the file's "Lifetime").
+    orphans: AtomicU32,
     #[pin]
     pools: [CqPool; NR_POOLS],
 }
@@ -266,6 +348,7 @@ impl CqPools {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
             rr: AtomicU32::new(0),
+            orphans: AtomicU32::new(0),
             pools <- kernel::init::pin_init_array_from_fn(|i| {
                 let ctx = PollCtx::ALL[i / Moderation::ALL.len()];
                 CqPool::new(ctx, Moderation::ALL[i % Moderation::ALL.len()])
@@ -286,21 +369,25 @@ impl CqPools {
     fn with_slot<R>(&self, cq: *mut bindings::ib_cq, f: impl Fn(&PoolSlot) -> R) -> Option<R> {
         self.pools.iter().find_map(|pool| {
             let inner = pool.inner.lock();
-            let r = inner.slots().find(|s| s.cq.cq() == cq).map(&f);
+            let r = inner.slots().find(|s| s.raw() == cq).map(&f);
             r
         })
     }
 
-    /// Takes `nr_cqe` entries on a pooled CQ of `dev` (see `ibext_cq_pool_get`).
+    /// Takes `nr_cqe` entries on a pooled CQ of `home`'s device (see `ibext_cq_pool_get`).
     pub(crate) fn get(
         &self,
-        dev: &Device,
-        vectors: u32,
+        home: &Home<'_>,
         nr_cqe: u32,
         hint: i32,
         ctx: PollCtx,
         moderation: Moderation,
     ) -> Result<NonNull<bindings::ib_cq>> {
+        let Home {
+            dev,
+            vectors,
+            owner,
+        } = *home;
         let max_cqe = u32::try_from(dev.attrs().max_cqe).unwrap_or(0);
         policy::check_nr_cqe(nr_cqe, max_cqe).map_err(|_| EINVAL)?;
         let vector =
@@ -315,7 +402,7 @@ impl CqPools {
         if let Some(cq) = pool.try_take(vector, nr_cqe)? {
             return NonNull::new(cq).ok_or(EINVAL);
         }
-        let set = pool.make_set(dev, vectors, policy::grow_cqe(nr_cqe, max_cqe))?;
+        let set = pool.make_set(dev, vectors, policy::grow_cqe(nr_cqe, max_cqe), owner)?;
         let mut inner = pool.inner.lock();
         if inner.dead {
             drop(inner);
@@ -330,19 +417,24 @@ impl CqPools {
         cq.and_then(NonNull::new).ok_or(EINVAL)
     }
 
-    /// Gives back `nr_cqe` entries of `cq` (see `ibext_cq_pool_put`).
-    pub(crate) fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) {
+    /// Gives back `nr_cqe` entries of `cq` (see `ibext_cq_pool_put`). Returns `true` if this
+    /// was the last put of the last busy CQ after retirement: the caller must [`release`].
+    ///
+    /// [`release`]: CqPools::release
+    pub(crate) fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> bool {
         for pool in self.pools.iter() {
             match pool.put(cq, nr_cqe) {
                 None => continue,
-                Some(Ok(())) => return,
+                Some(Ok(false)) => return false,
+                Some(Ok(true)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
                 Some(Err(policy::OverPut)) => {
                     warn_on_once!(true, "ibext_cq_pool_put: more entries than are in use");
-                    return;
+                    return false;
                 }
             }
         }
         warn_on_once!(true, "ibext_cq_pool_put: not a CQ from ibext's pool");
+        false
     }
 
     /// Returns the entries in use on `cq`, or `None` if it is not pooled here.
@@ -360,8 +452,12 @@ impl CqPools {
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
     pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqSnapshot> {
-        self.with_slot(cq, |s| s.cq.engine().map(CqEngine::snapshot))
-            .flatten()
+        self.with_slot(cq, |s| {
+            s.cq.as_ref()
+                .and_then(OwnedCq::engine)
+                .map(CqEngine::snapshot)
+        })
+        .flatten()
     }
 
     /// Returns the entries in use on every pooled CQ together.
@@ -389,15 +485,46 @@ impl CqPools {
         self.pools
             .iter()
             .filter(|p| p.ctx == ctx)
-            .map(|p| p.inner.lock().slots().count())
+            .map(|p| p.inner.lock().slots().filter(|s| s.cq.is_some()).count())
             .sum()
     }
 
-    /// Destroys every pooled CQ (device removal).
-    pub(crate) fn destroy_all(&self, dev: &Device) {
+    /// Starts retirement (device removal): every pool is dead from now on, idle CQs are
+    /// destroyed, busy ones are counted. Returns the number of busy CQs left.
+    pub(crate) fn retire_begin(&self, dev: &Device) -> u32 {
+        // The bias: nothing reaches zero before `retire_end`.
+        self.orphans.fetch_add(1, Ordering::AcqRel);
         for pool in self.pools.iter() {
-            pool.destroy_all(dev);
+            pool.retire(dev, &self.orphans);
         }
+        self.orphans.load(Ordering::Acquire).saturating_sub(1)
+    }
+
+    /// Ends retirement. Returns `true` if no CQ is busy any more: the caller must
+    /// [`release`](CqPools::release) (otherwise the last put will say so).
+    pub(crate) fn retire_end(&self) -> bool {
+        self.orphans.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Destroys every CQ left after retirement, once none is busy.
+    pub(crate) fn release(&self) {
+        for pool in self.pools.iter() {
+            pool.release();
+        }
+    }
+}
+
+/// Destroys the given CQs: marks them all dying, waits once for their handlers, then lets the
+/// caller drop them (each drop stops its poller and destroys its CQ).
+fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedCq>) {
+    let mut any = false;
+    for cq in cqs {
+        cq.mark_dying();
+        any = true;
+    }
+    if any {
+        // One wait for every CQ's handlers, instead of one per CQ.
+        cq_engine::wait_for_handlers();
     }
 }
 

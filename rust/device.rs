@@ -2,34 +2,46 @@
 
 //! Per-device state: everything ibext keeps for one registered `ib_device`.
 //!
-//! Made by the client's `add`, torn down by its `remove` in exact reverse order. Later pieces
-//! (CQ pools, SRQ pools, the GID index) hang off this and are set up and torn down here.
+//! Made by the client's `add`; its `remove` unpublishes it (see `client.rs`) and retires it. The
+//! state itself lives as long as its users, not as long as ibext's client:
 //!
-//! Lock order: `DeviceState::inner` is a leaf lock. It is never held across a debugfs removal,
-//! because removal waits for readers of the device's files.
+//! - the client data holds one reference, from `add` until `remove`;
+//! - every SRQ pool holds one (and a device reference of its own) until it is destroyed;
+//! - pooled CQs still in use at `remove` make the state hold a reference to itself, with a
+//!   device reference, until the last of them is put back (`cq_keep`); the put that brings the
+//!   last one to zero destroys the CQs and drops both (see `cq_pool.rs`, "Lifetime").
+//!
+//! The device reference is what ib_core's unregistration waits for after removing every client
+//! (`disable_device`: `ib_device_put` then `wait_for_completion(&unreg_completion)`), so a ULP
+//! driven by rdma_cm, removed after ibext, still finds its CQs working when it drains its QPs.
+//!
+//! Lock order: `DeviceState::inner` and `DeviceState::cq_keep` are leaf locks. `inner` is never
+//! held across a debugfs removal, because removal waits for readers of the device's files.
 
 use crate::{
-    cq_pool::CqPools,
+    bindings,
+    cq_pool::{CqPools, Home},
     debugfs::{Dir, SeqFile, Show, ShowFile},
     gid_index::GidIndex,
-    ib::Device,
+    ib::{Device, DeviceRef},
     ledger::{Kind, Token},
     warn::warn_on_once,
 };
 use core::{
+    ffi::c_void,
     fmt::Write,
     ptr::NonNull,
     sync::atomic::{AtomicUsize, Ordering},
 };
 use kernel::{
-    c_str, new_mutex,
+    c_str, new_mutex, new_spinlock,
     prelude::*,
     str::CStr,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, SpinLock},
 };
 
 /// Length of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
-const NAME_MAX: usize = crate::bindings::IB_DEVICE_NAME_MAX as usize;
+const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 
 /// A copy of a device name, NUL-terminated.
 #[derive(Clone, Copy)]
@@ -56,19 +68,27 @@ impl DevName {
 struct DeviceInner {
     /// The device's name, as last told by ib_core.
     name: DevName,
-    /// `/sys/kernel/debug/ibext/<dev>/`; taken out and dropped outside the lock on removal.
+    /// `/sys/kernel/debug/ibext/<dev>/`; taken out and dropped outside the lock on removal
+    /// (or with the state, if SRQ pools, whose directories are inside it, outlive `remove`).
     dir: Option<Dir>,
+}
+
+/// What keeps the state and its device alive while pooled CQs are in use after `remove`.
+struct CqKeep {
+    _state: Arc<DeviceState>,
+    _dev: DeviceRef,
 }
 
 /// ibext's state for one registered RDMA device.
 ///
 /// # Invariants
 ///
-/// `dev` is registered with ib_core from `add` until `remove`; the state is only reached through
-/// the client data, which ib_core clears before calling `remove`.
+/// `dev` is live while the state is: registered from `add` until `remove`, and after `remove`
+/// held by the device references of the state's remaining users (SRQ pools, `cq_keep`). The
+/// state is reached by lookups only through the client data, which `remove` clears first.
 #[pin_data]
 pub(crate) struct DeviceState {
-    dev: NonNull<crate::bindings::ib_device>,
+    dev: NonNull<bindings::ib_device>,
     comp_vectors: u32,
     #[pin]
     inner: Mutex<DeviceInner>,
@@ -84,6 +104,9 @@ pub(crate) struct DeviceState {
     gid_index_file: ShowFile<GidIndex>,
     /// SRQ pools ULPs made on the device and have not destroyed yet.
     srq_pools: AtomicUsize,
+    /// Set while pooled CQs are in use after `remove`.
+    #[pin]
+    cq_keep: SpinLock<Option<CqKeep>>,
     _token: Token,
 }
 
@@ -111,6 +134,7 @@ impl DeviceState {
                 gid_index <- gid_index,
                 gid_index_file <- ShowFile::new(),
                 srq_pools: AtomicUsize::new(0),
+                cq_keep <- new_spinlock!(None, "DeviceState::cq_keep"),
                 _token: Token::new(Kind::DeviceState),
             }),
             GFP_KERNEL,
@@ -140,30 +164,93 @@ impl DeviceState {
         Ok(state)
     }
 
-    /// Tears the state down in the reverse order of [`DeviceState::add`] (the client's `remove`).
+    /// Retires the state (the client's `remove`), after the client data was cleared: new API
+    /// calls get `ENODEV`; what ULPs still hold keeps working until they let go.
     pub(crate) fn remove(self: Arc<Self>, dev: &Device) {
-        // Pooled CQs were made last (lazily, after `add`): they go first. ULPs registered after
-        // ibext have already been removed from this device, so nothing uses them any more.
-        self.cq_pools.destroy_all(dev);
-        // No rescan runs or starts after this; lookups (none from ULPs, which are gone) would
-        // still be answered, with misses falling back to ib_core.
-        self.gid_index.stop();
-        // Dropped outside the lock: removal waits for readers, which may be in `show`.
-        let dir = self.inner.lock().dir.take();
-        let pools = self.srq_pools.load(Ordering::Acquire);
-        if warn_on_once!(
-            pools != 0,
-            "ibext: a ULP left SRQ pools on a device being removed"
-        ) {
-            // Their debugfs directories are inside this one, and their owners still hold them:
-            // keep it rather than have them removed twice.
-            pr_err!("{} SRQ pool(s) left on {}\n", pools, dev.name());
-            core::mem::forget(dir);
-        } else {
-            drop(dir);
+        // Idle pooled CQs go now; busy ones stay live until their last put.
+        let busy = self.cq_pools.retire_begin(dev);
+        if busy != 0 {
+            match DeviceRef::try_get(dev) {
+                Some(dev_ref) => {
+                    let keep = CqKeep {
+                        _state: self.clone(),
+                        _dev: dev_ref,
+                    };
+                    *self.cq_keep.lock() = Some(keep);
+                }
+                // `disable_device` holds the device's refcount while clients are removed, and
+                // client unregistration runs with the device registered: cannot happen.
+                None => {
+                    warn_on_once!(true, "no device reference during remove");
+                }
+            }
         }
+        let keep = if self.cq_pools.retire_end() {
+            self.release_cqs()
+        } else {
+            None
+        };
+        // No rescan runs or starts after this; the index is unreachable (unpublished).
+        self.gid_index.stop();
+        // Dropped outside the lock: removal waits for readers, which may be in `show`. SRQ
+        // pools still alive keep their directories inside this one: it then goes with the
+        // state, after the last of them.
+        let pools = self.srq_pools.load(Ordering::Acquire);
+        let dir = if pools == 0 {
+            self.inner.lock().dir.take()
+        } else {
+            pr_info!(
+                "{}: {} SRQ pool(s) still in use at removal: kept until destroyed\n",
+                dev.name(),
+                pools
+            );
+            None
+        };
+        drop(dir);
         pr_debug!("detached from {}\n", dev.name());
+        drop(keep);
         drop(self);
+    }
+
+    /// Destroys the pooled CQs left after retirement and returns what kept the state alive, for
+    /// the caller to drop once it no longer uses `self`.
+    fn release_cqs(&self) -> Option<Arc<DeviceState>> {
+        self.cq_pools.release();
+        let keep = self.cq_keep.lock().take()?;
+        let CqKeep { _state, _dev } = keep;
+        // The CQs are gone: the device may finish unregistering.
+        drop(_dev);
+        Some(_state)
+    }
+
+    /// Gives back `nr_cqe` entries of the pooled CQ `cq` (see `ibext_cq_pool_put`), before or
+    /// after `remove`. Returns what the caller must drop after its last use of `self` (the
+    /// state's reference to itself, when this was the last busy CQ after `remove`).
+    pub(crate) fn cq_put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> Option<Arc<Self>> {
+        if self.cq_pools.put(cq, nr_cqe) {
+            self.release_cqs()
+        } else {
+            None
+        }
+    }
+
+    /// Returns the identity pooled CQs carry back to their state (`CqEngine::owner`).
+    pub(crate) fn as_owner(&self) -> *const c_void {
+        core::ptr::from_ref(self).cast()
+    }
+
+    /// Returns the state a pooled CQ belongs to.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is a live CQ on which the caller holds entries taken from ibext's pool, and keeps
+    /// them for `'a` (so the state, which owns the CQ, is alive).
+    pub(crate) unsafe fn of_pooled_cq<'a>(cq: *mut bindings::ib_cq) -> Option<&'a Self> {
+        // SAFETY: The caller's guarantee.
+        let engine = unsafe { crate::cq_engine::CqEngine::of_cq(cq) }?;
+        // SAFETY: Pooled CQs are made only by `CqPools::get` with `as_owner()` of the state
+        // whose pools hold them; the state outlives its CQs.
+        unsafe { engine.owner().cast::<Self>().as_ref() }
     }
 
     /// Follows a device rename (the client's `rename`).
@@ -187,7 +274,24 @@ impl DeviceState {
         self.comp_vectors
     }
 
+    /// Takes `nr_cqe` entries on a pooled CQ (see `ibext_cq_pool_get_attr`).
+    pub(crate) fn cq_pool_get(
+        &self,
+        nr_cqe: u32,
+        hint: i32,
+        ctx: crate::cq_engine::PollCtx,
+        moderation: crate::policy::moderation::Moderation,
+    ) -> Result<NonNull<bindings::ib_cq>> {
+        let home = Home {
+            dev: self.device(),
+            vectors: self.comp_vectors,
+            owner: self.as_owner(),
+        };
+        self.cq_pools.get(&home, nr_cqe, hint, ctx, moderation)
+    }
+
     /// Returns the device's CQ pools.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn cq_pools(&self) -> &CqPools {
         &self.cq_pools
     }

@@ -3,15 +3,20 @@
 //! Glue to the kernel's `lib/dim`, shared by pooled CQs (`cq_engine`) and legacy ULPs' CQs
 //! (`legacy_dim`): the `struct dim` they keep, and applying the profile it picks.
 
-use crate::{bindings, policy::moderation};
+use crate::{bindings, ib::LockClass, policy::moderation};
 use kernel::{prelude::*, types::Opaque};
 
 /// The work function lib/dim schedules when it picks a new profile.
 pub(crate) type WorkFn = unsafe extern "C" fn(*mut bindings::work_struct);
 
 /// An initializer for a `struct dim` as upstream's `rdma_dim_init` makes one, whose work runs
-/// `work_fn`. `priv` is left null for the owner to use.
-pub(crate) fn new_dim(work_fn: WorkFn) -> impl PinInit<Opaque<bindings::dim>> {
+/// `work_fn` and belongs to the lockdep class `key` named `name` (one per owner kind).
+/// `priv` is left null for the owner to use.
+pub(crate) fn new_dim(
+    work_fn: WorkFn,
+    name: &'static core::ffi::CStr,
+    key: &'static LockClass,
+) -> impl PinInit<Opaque<bindings::dim>> {
     Opaque::ffi_init(move |p: *mut bindings::dim| {
         // SAFETY: `p` is valid for writes (guaranteed by `ffi_init`).
         unsafe {
@@ -21,7 +26,12 @@ pub(crate) fn new_dim(work_fn: WorkFn) -> impl PinInit<Opaque<bindings::dim>> {
                 profile_ix: 0,
                 ..Default::default()
             });
-            bindings::ibext_shim_init_work(core::ptr::addr_of_mut!((*p).work), Some(work_fn));
+            bindings::ibext_shim_init_work(
+                core::ptr::addr_of_mut!((*p).work),
+                Some(work_fn),
+                name.as_ptr().cast(),
+                key.as_ptr(),
+            );
         }
     })
 }

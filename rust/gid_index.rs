@@ -383,7 +383,7 @@ impl GidIndex {
             }),
             // SAFETY: As above.
             work <- Opaque::ffi_init(|w| unsafe {
-                bindings::ibext_shim_init_work(w, Some(rescan_work))
+                crate::ib::init_work!(w, rescan_work, "ibext_gid_rescan")
             }),
             registered: AtomicBool::new(false),
             rescan <- new_mutex!((), "GidIndex::rescan"),
@@ -590,8 +590,10 @@ pub(crate) fn find(
     port: Option<u32>,
     ndev: *mut bindings::net_device,
 ) -> Result<GidAttr> {
-    if let Some(state) = crate::client::device_state_borrow(dev) {
-        return state.gid_index().find(key, port, ndev);
+    // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
+    if let Some(r) = crate::client::with_device_state(dev, |s| s.gid_index().find(key, port, ndev))
+    {
+        return r;
     }
     match port {
         Some(p) => upstream_find_by_port(dev, key, p, ndev),

@@ -89,3 +89,108 @@ impl Device {
         unsafe { bindings::ibext_shim_port_valid(self.as_raw(), port) }
     }
 }
+
+/// A counted reference to an `ib_device` (`ib_device_try_get`/`ib_device_put`).
+///
+/// While one exists, ib_core's unregistration of the device (`disable_device` in
+/// drivers/infiniband/core/device.c, which drops the registration's own reference and then waits
+/// for `unreg_completion`) cannot finish, so the device, its ops and everything made on it stay
+/// usable. Clients' `remove` runs before that wait, so taking one there still succeeds.
+///
+/// # Invariants
+///
+/// `self.0` is a device on which this value holds one reference from `ib_device_try_get`.
+pub(crate) struct DeviceRef(core::ptr::NonNull<bindings::ib_device>);
+
+// SAFETY: The reference may be dropped from any thread; `ib_device_put` is atomic.
+unsafe impl Send for DeviceRef {}
+// SAFETY: `&DeviceRef` only gives a `&Device`, which is `Sync`.
+unsafe impl Sync for DeviceRef {}
+
+impl DeviceRef {
+    /// Takes a reference to `dev`; `None` once its unregistration has dropped the last one.
+    pub(crate) fn try_get(dev: &Device) -> Option<Self> {
+        // SAFETY: `dev` is a live device (invariant of `Device`).
+        if unsafe { bindings::ibext_shim_device_try_get(dev.as_raw()) } {
+            // INVARIANT: the reference was just taken.
+            Some(DeviceRef(core::ptr::NonNull::from(dev).cast()))
+        } else {
+            None
+        }
+    }
+}
+
+impl core::ops::Deref for DeviceRef {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        // SAFETY: The reference keeps the device from finishing unregistration (type invariant),
+        // so it is live while `self` is.
+        unsafe { Device::from_raw(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: We hold one reference (type invariant) and give it back once.
+        unsafe { bindings::ib_device_put(self.0.as_ptr()) };
+    }
+}
+
+/// An RCU read-side critical section, ended when dropped (the shape of mainline's
+/// `kernel::sync::rcu::Guard`, which 6.12 lacks).
+pub(crate) struct RcuGuard(core::marker::PhantomData<*mut ()>);
+
+impl RcuGuard {
+    /// Enters a read-side critical section.
+    pub(crate) fn new() -> Self {
+        // SAFETY: FFI call; paired with the unlock in `drop`. The guard is `!Send`, so the
+        // unlock runs on the same CPU context.
+        unsafe { bindings::ibext_shim_rcu_read_lock() };
+        RcuGuard(core::marker::PhantomData)
+    }
+}
+
+impl Drop for RcuGuard {
+    fn drop(&mut self) {
+        // SAFETY: Paired with the lock in `new`.
+        unsafe { bindings::ibext_shim_rcu_read_unlock() };
+    }
+}
+
+/// A lockdep class: one static per initialization site (see [`init_work!`]).
+#[repr(transparent)]
+pub(crate) struct LockClass(Opaque<bindings::lock_class_key>);
+
+// SAFETY: lockdep only uses the key's address and its own fields, under its own locks.
+unsafe impl Sync for LockClass {}
+
+impl LockClass {
+    /// A key for a `static`; lockdep needs no initialization of static keys.
+    pub(crate) const fn new() -> Self {
+        LockClass(Opaque::uninit())
+    }
+
+    /// Returns the key, for lockdep.
+    pub(crate) fn as_ptr(&'static self) -> *mut bindings::lock_class_key {
+        self.0.get()
+    }
+}
+
+/// Initializes a work item with a lockdep class and name of this call site's own, so that
+/// lockdep tells ibext's work items apart (C's `INIT_WORK` does the same with a static per
+/// expansion).
+///
+/// `$slot` is a `*mut bindings::work_struct` valid for writes, `$func` the work function.
+macro_rules! init_work {
+    ($slot:expr, $func:expr, $name:literal) => {{
+        static KEY: $crate::ib::LockClass = $crate::ib::LockClass::new();
+        $crate::bindings::ibext_shim_init_work(
+            $slot,
+            Some($func),
+            concat!($name, "\0").as_ptr().cast(),
+            KEY.as_ptr(),
+        )
+    }};
+}
+pub(crate) use init_work;

@@ -8,6 +8,9 @@
 //!
 //! This file holds only `mod` lines, the module object and its lifetime.
 
+// `pin_init!` of the completion engine's 17 fields expands deeper than the default limit.
+#![recursion_limit = "256"]
+
 mod api;
 mod bindings;
 mod client;

@@ -14,6 +14,7 @@
 #include <linux/module.h>
 #include <linux/percpu.h>
 #include <linux/rcupdate.h>
+#include <linux/srcu.h>
 #include <linux/workqueue.h>
 #include <rdma/ibext.h>
 
@@ -61,14 +62,48 @@ int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 }
 
 /*
- * A pooled CQ is marked shared, as ib_core marks its own pooled CQs, so that
- * a ULP that calls ib_free_cq() or ib_destroy_cq() on one gets a warning
- * instead of freeing it under the pool.  ibext clears the mark before it
- * destroys the CQ itself.
+ * A pooled CQ is marked shared, as ib_core marks its own pooled CQs: 6.12's
+ * ib_destroy_cq_user() then warns and refuses (-EOPNOTSUPP).  ibext clears
+ * the mark before it destroys the CQ itself.
  */
 void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled)
 {
 	cq->shared = pooled;
+}
+
+/*
+ * 6.12's ib_free_cq() does not look at ->shared; it warns and refuses only
+ * while ->usecnt or ->cqe_used is nonzero.  ibext keeps ->cqe_used equal to
+ * the entries ULPs hold on the CQ, under the pool's lock, as ib_core's own
+ * pool does in ib_cq_pool_get()/ib_cq_pool_put().
+ */
+void ibext_shim_cq_set_used(struct ib_cq *cq, unsigned int used)
+{
+	WRITE_ONCE(cq->cqe_used, used);
+}
+
+/* Returns the completion handler the CQ was made with, to recognise ibext's. */
+void *ibext_shim_cq_comp_handler(struct ib_cq *cq)
+{
+	return cq->comp_handler;
+}
+
+/* ib_device_try_get() is a static inline: a reference that holds off unregistration. */
+bool ibext_shim_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
+/* Whether @srq still has QPs attached (ib_destroy_srq_user() would fail). */
+bool ibext_shim_srq_in_use(struct ib_srq *srq)
+{
+	return atomic_read(&srq->usecnt) != 0;
+}
+
+/* Whether ib_core polls @cq itself (ib_alloc_cq() gives every such CQ a ->wc). */
+bool ibext_shim_cq_polled_by_core(struct ib_cq *cq)
+{
+	return cq->wc != NULL;
 }
 
 /* Soft expiry: the timer runs in softirq context, like the poll it schedules. */
@@ -83,6 +118,29 @@ void ibext_shim_hrtimer_start_us(struct hrtimer *timer, unsigned int usec)
 {
 	hrtimer_start(timer, ns_to_ktime((u64)usec * NSEC_PER_USEC),
 		      HRTIMER_MODE_REL_SOFT);
+}
+
+/*
+ * Every handler ibext's completion engine calls runs inside a read-side
+ * section of this SRCU, in every poll context (softirq and workqueue alike,
+ * and handlers may sleep in the latter), so that a pool whose handlers the
+ * engine may be running can wait for them before it frees what they use.
+ */
+DEFINE_STATIC_SRCU(ibext_handler_srcu);
+
+int ibext_shim_handlers_enter(void)
+{
+	return srcu_read_lock(&ibext_handler_srcu);
+}
+
+void ibext_shim_handlers_exit(int idx)
+{
+	srcu_read_unlock(&ibext_handler_srcu, idx);
+}
+
+void ibext_shim_handlers_wait(void)
+{
+	synchronize_srcu(&ibext_handler_srcu);
 }
 
 void ibext_shim_rcu_read_lock(void)
@@ -100,9 +158,20 @@ bool ibext_shim_cq_is_pooled(struct ib_cq *cq)
 	return cq->shared;
 }
 
-void ibext_shim_init_work(struct work_struct *work, work_func_t func)
+/*
+ * INIT_WORK() expands one static lock_class_key per expansion, so a single
+ * wrapper would give every ibext work item one lockdep class.  The caller
+ * passes a key of its own instead (one static per Rust call site, see
+ * init_work! in rust/ib.rs), as the kernel's own Rust workqueue does.
+ */
+void ibext_shim_init_work(struct work_struct *work, work_func_t func,
+			  const char *name, struct lock_class_key *key)
 {
-	INIT_WORK(work, func);
+	__init_work(work, 0);
+	work->data = (atomic_long_t)WORK_DATA_INIT();
+	lockdep_init_map(&work->lockdep_map, name, key, 0);
+	INIT_LIST_HEAD(&work->entry);
+	work->func = func;
 }
 
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work)

@@ -38,18 +38,29 @@ int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
 int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
 bool ibext_shim_cq_is_pooled(struct ib_cq *cq);
+void ibext_shim_cq_set_used(struct ib_cq *cq, unsigned int used);
+void *ibext_shim_cq_comp_handler(struct ib_cq *cq);
+bool ibext_shim_cq_polled_by_core(struct ib_cq *cq);
+bool ibext_shim_device_try_get(struct ib_device *dev);
+bool ibext_shim_srq_in_use(struct ib_srq *srq);
 
 /* hrtimer_init is a function, hrtimer_start an inline. */
 void ibext_shim_hrtimer_init(struct hrtimer *timer,
 			     enum hrtimer_restart (*fn)(struct hrtimer *));
 void ibext_shim_hrtimer_start_us(struct hrtimer *timer, unsigned int usec);
 
+/* SRCU around the handlers ibext's completion engine calls. */
+int ibext_shim_handlers_enter(void);
+void ibext_shim_handlers_exit(int idx);
+void ibext_shim_handlers_wait(void);
+
 /* RCU read side around completion handlers (rcu_read_lock is inline). */
 void ibext_shim_rcu_read_lock(void);
 void ibext_shim_rcu_read_unlock(void);
 
 /* Workqueues: INIT_WORK and alloc_workqueue are macros. */
-void ibext_shim_init_work(struct work_struct *work, work_func_t func);
+void ibext_shim_init_work(struct work_struct *work, work_func_t func,
+			  const char *name, struct lock_class_key *key);
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
 

@@ -28,6 +28,9 @@ use core::{
 use kernel::prelude::*;
 use kernel::types::Opaque;
 
+/// The lockdep class of legacy CQs' DIM work.
+static LEGACY_DIM_CLASS: crate::ib::LockClass = crate::ib::LockClass::new();
+
 /// ibext's DIM state for one legacy CQ.
 ///
 /// # Invariants
@@ -83,16 +86,19 @@ unsafe fn state_of<'a>(cq: *mut bindings::ib_cq) -> Option<&'a LegacyDim> {
     // SAFETY: Caller contract.
     let dim = unsafe { dim_slot(cq) }.load(Ordering::Acquire);
     let dim = NonNull::new(dim)?;
-    // SAFETY: A non-null `dim` is a live `struct dim`, ibext's or ib_core's.
-    let this = unsafe { kernel::container_of!(dim.as_ptr(), LegacyDim, dim) };
-    // SAFETY: As above; `priv` is a plain pointer field.
+    // SAFETY: A non-null `dim` is a live `struct dim`, ibext's or ib_core's; `priv` is a plain
+    // pointer field of both.
     let owner = unsafe { (*dim.as_ptr()).priv_ };
-    // Only ibext's states point back to themselves; ib_core's `priv` is the CQ.
-    if owner.cast_const() != this.cast() {
+    // ib_core's `rdma_dim_init` (drivers/infiniband/core/cq.c) sets `priv` to the CQ; ibext sets
+    // it to its `LegacyDim`. Only ibext's is followed, so `container_of` is never applied to a
+    // `struct dim` that is not inside a `LegacyDim`.
+    if owner.is_null() || owner == cq.cast() {
         return None;
     }
-    // SAFETY: Recognised as ibext's, which lives until detached (type invariant).
-    Some(unsafe { &*this })
+    let this = owner.cast::<LegacyDim>().cast_const();
+    // SAFETY: Not ib_core's, so ibext's: a live `LegacyDim` until detached (type invariant).
+    let this = unsafe { &*this };
+    (this.dim.get() == dim.as_ptr()).then_some(this)
 }
 
 /// Attaches ibext's DIM to `cq` (see `ibext_dim_attach`).
@@ -108,8 +114,11 @@ pub(crate) unsafe fn attach(cq: *mut bindings::ib_cq) -> Result {
             bindings::ibext_shim_cq_is_pooled(cq),
         )
     };
-    if pooled {
-        // ibext's own CQs are moderated by their pool's mode.
+    // SAFETY: Caller contract.
+    let polled_by_core = unsafe { bindings::ibext_shim_cq_polled_by_core(cq) };
+    if pooled || polled_by_core {
+        // ibext's own CQs are moderated by their pool's mode; ib_core polls the CQs of
+        // `ib_alloc_cq` itself, and would feed its own DIM (or none) concurrently with ours.
         return Err(EINVAL);
     }
     // SAFETY: Caller contract.
@@ -118,7 +127,7 @@ pub(crate) unsafe fn attach(cq: *mut bindings::ib_cq) -> Result {
     }
     let state = KBox::pin_init(
         pin_init!(LegacyDim {
-            dim <- dim::new_dim(LegacyDim::work_fn),
+            dim <- dim::new_dim(LegacyDim::work_fn, c"ibext_legacy_dim", &LEGACY_DIM_CLASS),
             cq,
             hw_moderation: dev.has_modify_cq(),
             samples: AtomicU64::new(0),

@@ -16,11 +16,17 @@
 //!
 //! # Teardown
 //!
-//! `destroy` refuses while any SRQ has references. Otherwise it marks the pool dead (under
-//! `refs`), and dropping the pool removes its debugfs directory, destroys the SRQs (no receive
-//! is consumed and no event is raised after that), waits for a grace period (handlers called by
-//! ibext's completion engine run inside an RCU read-side critical section), cancels the limit
-//! work, and unmaps and frees the buffers.
+//! `destroy` refuses (`-EBUSY`, nothing freed) while any SRQ has references or a QP still
+//! attached (`usecnt`). Otherwise it marks the pool dead (under `refs`), and dropping the pool
+//! removes its debugfs directory, destroys the SRQs (no receive is consumed and no event is
+//! raised after that), waits for every handler ibext's completion engine may be running, in any
+//! poll context (`cq_engine::wait_for_dispatch`, an SRCU grace period: workqueue handlers may
+//! sleep), cancels the limit work, and unmaps and frees the buffers. A ULP that polls the
+//! receive CQ itself must have stopped polling it. An SRQ that cannot be destroyed keeps its
+//! buffers (leaked, never freed under a live SRQ).
+//!
+//! The pool holds a device reference for its whole life, so it may be destroyed after ibext's
+//! `remove` (an rdma_cm-driven ULP does so on `RDMA_CM_EVENT_DEVICE_REMOVAL`, which comes after).
 //!
 //! Lock order: `SrqPool::refs` (mutex) is a leaf, taken in process context only; the limit
 //! work calls `ib_modify_srq` under it so that it never touches an SRQ being destroyed.
@@ -30,6 +36,7 @@ use crate::{
     bindings,
     debugfs::{Dir, SeqFile, Show, ShowFile},
     device::DeviceState,
+    ib::DeviceRef,
     ledger::{Kind, Token},
     policy::srq_pool::{self as policy, Plan},
     warn::warn_on_once,
@@ -95,7 +102,8 @@ struct Srq {
     /// The SRQ; null until made.
     raw: *mut bindings::ib_srq,
     pool: *const SrqPool,
-    bufs: KVec<RecvBuf>,
+    /// kvmalloc'd: a pool may have up to 2^20 buffers per SRQ (see `policy::MAX_POOL_BYTES`).
+    bufs: KVVec<RecvBuf>,
     /// Buffers no longer posted: flushed, or their repost failed. The others are posted, or
     /// inside the handler on their way back.
     lost: AtomicU64,
@@ -107,6 +115,12 @@ struct Srq {
 }
 
 impl Srq {
+    /// Returns whether a QP is still attached to the SRQ (`usecnt`).
+    fn attached(&self) -> bool {
+        // SAFETY: A non-null `raw` is a live SRQ of the pool (invariant of `SrqPool`).
+        !self.raw.is_null() && unsafe { bindings::ibext_shim_srq_in_use(self.raw) }
+    }
+
     fn posted(&self) -> u64 {
         (self.bufs.len() as u64).saturating_sub(self.lost.load(Ordering::Relaxed))
     }
@@ -129,6 +143,8 @@ struct Refs {
 #[pin_data(PinnedDrop)]
 pub(crate) struct SrqPool {
     state: Arc<DeviceState>,
+    /// Keeps the device from finishing unregistration while the pool exists.
+    _dev_ref: DeviceRef,
     dev: NonNull<bindings::ib_device>,
     pd: NonNull<bindings::ib_pd>,
     /// The PD's `local_dma_lkey`, for every receive posted.
@@ -189,6 +205,7 @@ impl SrqPool {
             policy::Refusal::NotSupported => eopnotsupp(),
         })?;
         let state = crate::client::device_state(dev).ok_or(ENODEV)?;
+        let dev_ref = DeviceRef::try_get(dev).ok_or(ENODEV)?;
         // SAFETY: `pd` is live (the caller's guarantee).
         let lkey = unsafe { (*pd.as_ptr()).local_dma_lkey };
         let n = plan.nr_srqs as usize;
@@ -200,6 +217,7 @@ impl SrqPool {
         let pool = KBox::pin_init(
             pin_init!(Self {
                 state,
+                _dev_ref: dev_ref,
                 dev: NonNull::from(dev).cast(),
                 pd,
                 lkey,
@@ -211,7 +229,7 @@ impl SrqPool {
                 refs <- new_mutex!(Refs { counts, dead: false }, "SrqPool::refs"),
                 // SAFETY: Only initializes the memory it is given.
                 rearm <- Opaque::ffi_init(|w| unsafe {
-                    bindings::ibext_shim_init_work(w, Some(rearm_work))
+                    crate::ib::init_work!(w, rearm_work, "ibext_srq_pool_rearm")
                 }),
                 dir: None,
                 counted: false,
@@ -250,7 +268,7 @@ impl SrqPool {
             } else {
                 0
             };
-            let bufs = KVec::with_capacity(managed, GFP_KERNEL)?;
+            let bufs = KVVec::with_capacity(managed, GFP_KERNEL)?;
             // Within the capacity reserved in `create`: no allocation, nothing moves.
             self.srqs.push(
                 Srq {
@@ -377,6 +395,11 @@ impl SrqPool {
     pub(crate) fn retire(&self) -> Result {
         let mut refs = self.refs.lock();
         if refs.counts.iter().any(|&c| c > 0) {
+            return Err(EBUSY);
+        }
+        // A QP made with an SRQ but whose reference was put back early: destroying the SRQ
+        // would fail, and freeing its buffers would free memory the device may still write.
+        if self.srqs.iter().any(Srq::attached) {
             return Err(EBUSY);
         }
         refs.dead = true;
@@ -538,17 +561,20 @@ impl PinnedDrop for SrqPool {
         for s in this.srqs.iter_mut() {
             if !s.raw.is_null() {
                 // SAFETY: A live SRQ of the pool (invariant); no QP uses it any more (the
-                // references are 0, or it was never handed out).
+                // references are 0 and `usecnt` was 0 in `retire`, or it was never handed out).
                 let r = unsafe { bindings::ib_destroy_srq_user(s.raw, core::ptr::null_mut()) };
-                warn_on_once!(r != 0, "ibext: destroying a pooled SRQ failed");
+                if warn_on_once!(r != 0, "ibext: destroying a pooled SRQ failed") {
+                    // The device may still write the posted buffers: never free them.
+                    core::mem::forget(core::mem::replace(&mut s.bufs, KVVec::new()));
+                }
                 s.raw = core::ptr::null_mut();
                 any = true;
             }
         }
         if any && this.plan.buf_size > 0 {
-            // SAFETY: FFI call in process context: handlers ibext's completion engine is
-            // running (inside an RCU read-side critical section) finish before this returns.
-            unsafe { bindings::synchronize_rcu() };
+            // Handlers ibext's engine is running (softirq or workqueue, possibly sleeping)
+            // return before this does.
+            crate::cq_engine::wait_for_dispatch();
         }
         // SAFETY: `rearm` is initialized; `dead` keeps a late run from touching any SRQ.
         unsafe { bindings::cancel_work_sync(this.rearm.get()) };

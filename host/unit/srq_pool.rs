@@ -139,3 +139,18 @@ fn references_spread_evenly_over_a_short_pool() {
     let (lo, hi) = (refs.iter().min().unwrap(), refs.iter().max().unwrap());
     assert!(hi - lo <= 1, "{refs:?}");
 }
+
+#[test]
+fn managed_buffers_are_capped_after_clamping() {
+    // The request that made the kernel WARN: 2^30 entries of 64 bytes, clamped to rxe's 2^20,
+    // on 4 SRQs: 4 * 2^20 * (64 + overhead) bytes, far over the cap.
+    assert_eq!(plan(&req(0, 1 << 30, 64), &RXE), Err(Refusal::Invalid));
+    assert_eq!(plan(&req(0, 65536, 65536), &RXE), Err(Refusal::Invalid));
+    // Just under and just over the cap, on one SRQ.
+    let per_buf = 4096 + BUF_OVERHEAD;
+    let fits = (MAX_POOL_BYTES / per_buf) as u32;
+    assert!(plan(&req(1, fits, 4096), &RXE).is_ok());
+    assert_eq!(plan(&req(1, fits + 1, 4096), &RXE), Err(Refusal::Invalid));
+    // Without managed buffers nothing is allocated per entry: no cap.
+    assert!(plan(&req(0, 1 << 30, 0), &RXE).is_ok());
+}

@@ -10,6 +10,16 @@
 /// The largest managed receive buffer: a kmalloc'd buffer the device DMAs into.
 pub(crate) const MAX_BUF_SIZE: u32 = 64 * 1024;
 
+/// The most memory one pool's managed receive buffers may take, with ibext's bookkeeping of
+/// [`BUF_OVERHEAD`] bytes per buffer: 256 MiB. Beyond it `ibext_srq_pool_create` gives
+/// `-EINVAL` rather than let a legal-looking request (`srq_size` is clamped to `max_srq_wr`,
+/// 2^20 on rxe) ask the allocator for gigabytes.
+pub(crate) const MAX_POOL_BYTES: u64 = 256 << 20;
+
+/// ibext's bookkeeping per managed buffer, counted against [`MAX_POOL_BYTES`] (an upper bound
+/// of the size of its `RecvBuf`).
+pub(crate) const BUF_OVERHEAD: u64 = 64;
+
 /// Why a pool cannot be made as asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -60,7 +70,8 @@ pub(crate) struct Plan {
 ///   above [`MAX_BUF_SIZE`], or managed buffers without `recv_done` (or `recv_done` without
 ///   managed buffers): [`Refusal::Invalid`];
 /// - `nr_srqs` 0 means one per vector, capped by `max_srq`; `srq_size` is clamped to
-///   `max_srq_wr`.
+///   `max_srq_wr`;
+/// - managed buffers over [`MAX_POOL_BYTES`] after clamping: [`Refusal::Invalid`].
 pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
     if caps.max_srq == 0 || caps.max_srq_wr == 0 || caps.max_srq_sge == 0 {
         return Err(Refusal::NotSupported);
@@ -80,6 +91,12 @@ pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
         req.nr_srqs
     };
     let srq_size = req.srq_size.min(caps.max_srq_wr);
+    if req.buf_size > 0 {
+        let bufs = u64::from(nr_srqs) * u64::from(srq_size);
+        if bufs * (u64::from(req.buf_size) + BUF_OVERHEAD) > MAX_POOL_BYTES {
+            return Err(Refusal::Invalid);
+        }
+    }
     Ok(Plan {
         nr_srqs,
         srq_size,
