@@ -147,6 +147,57 @@ ulp_pins_ibext() {
 	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
 }
 
+# An rdma_cm-only ULP (no ib_client, like iSER or NFS/RDMA) runs traffic on
+# rxe1 through ibext's pooled CQs (and, every other cycle, an SRQ pool) while
+# rxe1 is deleted. rdma_cm is built in, so it registered before ibext and is
+# removed from the device after it: the ULP tears down on DEVICE_REMOVAL,
+# after ibext's remove. The deletion must complete (a watchdog bounds the
+# wait; nothing here depends on the guest's speed), both connections must
+# have been torn down, and re-adding the link and reconnecting must work.
+# Every poll context is used in turn. The ULP's insmod returns only once
+# traffic is flowing.
+CM_ADDR=10.11.0.1
+CM_CYCLES=10
+link_delete_watched() {
+	rdma link delete "$1" &
+	pid=$!
+	t=0
+	while kill -0 $pid 2>/dev/null; do
+		sleep 1
+		t=$((t + 1))
+		if [ $t -ge 120 ]; then
+			echo "rdma link delete $1 still blocked after ${t}s"
+			cat $D/objects 2>/dev/null
+			return 1
+		fi
+	done
+	wait $pid
+}
+
+cm_ulp_removal() {
+	ip addr add $CM_ADDR/24 dev veth2 2>/dev/null
+	insmod /ibext/ibext.ko || return 1
+	i=0
+	while [ $i -lt $CM_CYCLES ]; do
+		ctx=$((i % 3))
+		srq=$((i / 3 % 2))
+		insmod /ibext/ibext_cm_ulp.ko addr=$CM_ADDR poll_ctx=$ctx srq=$srq ||
+			{ echo "cycle $i: connect (poll_ctx=$ctx srq=$srq) failed"; return 1; }
+		link_delete_watched rxe1 || { echo "cycle $i (poll_ctx=$ctx srq=$srq)"; return 1; }
+		r=$(cat /sys/module/ibext_cm_ulp/parameters/removals)
+		[ "$r" = 2 ] || { echo "cycle $i: $r connections torn down, want 2"; return 1; }
+		rmmod ibext_cm_ulp || return 1
+		$RXE_ADD1 || return 1
+		i=$((i + 1))
+	done
+	grep -q "pooled_cq made \([0-9]*\) freed \1 live 0" $D/objects ||
+		{ cat $D/objects; return 1; }
+	grep -q "srq_pool made \([0-9]*\) freed \1 live 0" $D/objects ||
+		{ cat $D/objects; return 1; }
+	rmmod ibext || return 1
+	echo "$CM_CYCLES removal cycles"
+}
+
 # The debug kernel's failslab: KUnit's fail-nth sweeps allocate with
 # GFP_KERNEL, which failslab skips by default.
 failslab_setup() {
@@ -179,6 +230,7 @@ check() {
 		step "insmod/rmmod cycle 3, rxe1 re-added while unloaded" cycle absent
 		step "insmod/rmmod cycle 4" cycle
 		step "a C ULP pins ibext; rxe1 removed and re-added under it" ulp_pins_ibext
+		step "an rdma_cm-only ULP: rxe1 deleted under its traffic $CM_CYCLES times" cm_ulp_removal
 	fi
 	failslab_setup
 	if [ "$SUITE" != ibext_guest ]; then

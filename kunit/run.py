@@ -48,6 +48,7 @@ BAD = [
     (re.compile(r"ibext: .* leaked at unload"), "ibext leak at unload"),
 ]
 
+EXPECT = re.compile(r"ibext-test: expected kernel warning (begins|ends): (.*)$")
 TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 GUEST = re.compile(r"^ibext-guest: (.*)$")
 
@@ -118,8 +119,8 @@ def build_initramfs(args, kdir, bdir):
 
     shutil.copy2(os.path.join(bdir, "product", "ibext.ko"), os.path.join(stage, "ibext"))
     shutil.copy2(os.path.join(bdir, "kunit", "ibext.ko"), os.path.join(stage, "ibext", "kunit"))
-    shutil.copy2(os.path.join(bdir, "kunit", "kunit", "ibext_test_ulp.ko"),
-                 os.path.join(stage, "ibext"))
+    for ulp in ("ibext_test_ulp.ko", "ibext_cm_ulp.ko"):
+        shutil.copy2(os.path.join(bdir, "kunit", "kunit", ulp), os.path.join(stage, "ibext"))
 
     cpio = os.path.join(bdir, "initramfs.cpio")
     files = subprocess.run(["find", "."], cwd=stage, capture_output=True, check=True).stdout
@@ -262,14 +263,30 @@ def judge(args, log_path, timed_out):
     lines = [TS.sub("", l.rstrip("\r")) for l in raw.split("\n")]
 
     # One failure per report: a "cut here" line and the WARNING under it are one report.
+    # Between a test's "expected kernel warning" markers (kunit.rs, expect_kernel_warning)
+    # a kernel warning is required instead; every other kind of report still fails.
     last = -10
+    expecting = None
     for i, line in enumerate(lines):
+        m = EXPECT.search(line)
+        if m:
+            if m.group(1) == "begins":
+                expecting, warned = m.group(2), 0
+            elif expecting is not None:
+                if not warned:
+                    res.fail(f"expected kernel warning did not appear: {expecting}")
+                expecting = None
+            continue
         for pat, what in BAD:
             if pat.search(line):
-                if i - last > 2:
+                if expecting is not None and what in ("kernel warning/bug", "kernel WARNING"):
+                    warned += 1
+                elif i - last > 2:
                     res.fail(f"console: {what}: {line.strip()}")
                 last = i
                 break
+    if expecting is not None:
+        res.fail(f"expected kernel warning never ended: {expecting}")
 
     done = None
     blocks = {}

@@ -59,6 +59,15 @@ pub(crate) fn bad_input_ok(id: &str) {
     kernel::kunit::info(format_args!("    # bad-input {}: ok\n", id));
 }
 
+/// Runs `f`, which must make the kernel itself WARN (ib_core's `WARN_ON_ONCE` on a caller bug
+/// the test commits on purpose), between markers the harness reads: inside them a kernel
+/// warning is expected, and its absence is a failure; any other report still fails the run.
+pub(crate) fn expect_kernel_warning(what: &str, f: impl FnOnce()) {
+    kernel::pr_info!("ibext-test: expected kernel warning begins: {}\n", what);
+    f();
+    kernel::pr_info!("ibext-test: expected kernel warning ends: {}\n", what);
+}
+
 /// Marks the running test skipped with `reason` (KUnit's `kunit_mark_skipped`, a macro on
 /// 6.12); the test function then returns `Ok(())`.
 pub(crate) fn skip(reason: &str) {

@@ -11,7 +11,9 @@ use crate::{
     bindings, client,
     cq_engine::PollCtx,
     device::DeviceState,
-    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
+    kunit::{
+        bad_input_ok, expect_kernel_warning, kassert, kassert_eq, kunit_suite, Failed, TestResult,
+    },
     ledger::{self, Kind},
     policy::moderation::Moderation,
     warn::expect_warnings,
@@ -284,6 +286,31 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
     Ok(())
 }
 
+/// `ib_free_cq()` on a pooled CQ with entries in use: 6.12's `ib_free_cq` warns and refuses,
+/// because the pool keeps `cqe_used` in step with the entries taken, and the CQ still delivers
+/// every completion afterwards.
+fn ib_free_cq_on_a_pooled_cq_is_refused() -> TestResult {
+    let (dev, state) = rxe0()?;
+    let cq = PooledCq::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::None)?;
+    let raw = cq.as_raw();
+    expect_kernel_warning("ib_free_cq() on a pooled CQ", || {
+        // SAFETY: `raw` is live; ib_core refuses to free it (`cqe_used` is 16), which is what
+        // this test checks. Had it freed it, the checks below would fail under KASAN.
+        unsafe { bindings::ib_free_cq(raw) }
+    });
+    kassert_eq!(state.cq_pools().used(raw), Some(16));
+    let mut lb = Loopback::new(dev.device(), 4, &[(raw, raw)])?;
+    for round in 0..4u32 {
+        let res = lb.round(round, false, 20_000);
+        kassert!(res.is_ok(), "round {}: {:?}", round, res);
+    }
+    kassert_eq!(lb.completions(), 4 * 2 * 4);
+    drop(lb);
+    drop(cq);
+    kassert_eq!(state.cq_pools().used(raw), Some(0));
+    Ok(())
+}
+
 /// After every put, `rdma link delete rxe0` destroys the pooled CQs and returns; the device
 /// comes back with empty pools.
 fn link_delete_after_puts() -> TestResult {
@@ -331,6 +358,7 @@ kunit_suite!(
         least_used_not_first_fit,
         concurrent_get_put,
         misuse_warns_and_changes_nothing,
+        ib_free_cq_on_a_pooled_cq_is_refused,
         link_delete_after_puts,
     ]
 );

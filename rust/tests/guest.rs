@@ -52,6 +52,9 @@ pub(crate) fn run_with_fail_nth(argv: &[&CStr], n: u32) -> Result<i32> {
 /// `self.0` holds a reference taken by `ib_device_get_by_name`.
 pub(crate) struct DeviceRef(NonNull<bindings::ib_device>);
 
+// SAFETY: The reference may be held and dropped on any thread (`ib_device_put` is atomic).
+unsafe impl Send for DeviceRef {}
+
 impl DeviceRef {
     /// Looks up a registered device by name.
     pub(crate) fn get(name: &CStr) -> Option<Self> {

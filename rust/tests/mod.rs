@@ -13,6 +13,7 @@ mod gid;
 mod guest;
 mod hotunplug;
 mod lifecycle;
+mod lifetime;
 mod srq;
 mod stream;
 mod traffic;

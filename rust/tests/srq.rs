@@ -24,7 +24,7 @@ use crate::{
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{c_str, prelude::*};
 
@@ -121,6 +121,10 @@ struct Rx {
     bad: AtomicU64,
     /// Receives of per-QP queues flushed when the QPs were moved to the error state.
     flushed: AtomicU64,
+    /// Milliseconds `rx_done` sleeps after counting a message (workqueue CQs only).
+    sleep_ms: AtomicU32,
+    /// `rx_done` calls running now.
+    inside: AtomicU32,
 }
 
 // SAFETY: The raw pointers are only compared; the counters are atomics.
@@ -145,6 +149,8 @@ impl Rx {
                 dups: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
                 flushed: AtomicU64::new(0),
+                sleep_ms: AtomicU32::new(0),
+                inside: AtomicU32::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -191,8 +197,17 @@ unsafe extern "C" fn rx_done(
     buf: *mut c_void,
     ctx: *mut c_void,
 ) {
+    // SAFETY: The callback contract.
+    let rx = unsafe { &*ctx.cast::<Rx>() };
+    // Counted before the message, so that whoever sees the message counted sees this call.
+    rx.inside.fetch_add(1, Ordering::AcqRel);
     // SAFETY: The callback contract; the pool's buffers are at least `MSG` bytes.
-    unsafe { check(&*ctx.cast::<Rx>(), &*wc, buf.cast(), srq) };
+    unsafe { check(rx, &*wc, buf.cast(), srq) };
+    let ms = rx.sleep_ms.load(Ordering::Acquire);
+    if ms > 0 {
+        msleep(ms);
+    }
+    rx.inside.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// One receive of a per-QP receive queue (the benchmark's baseline), reposted after each
@@ -344,6 +359,20 @@ impl Fleet {
     /// `qps` loopback QPs on `dev`, each with `per_qp` messages to send, receiving into
     /// buffers of `buf_size` bytes from `recv`.
     fn new(dev: &Device, qps: usize, per_qp: u32, recv: Recv, buf_size: u32) -> Result<Self> {
+        Self::with_ctx(dev, qps, per_qp, recv, buf_size, PollCtx::Softirq, false)
+    }
+
+    /// [`Fleet::new`] on CQs polled in `ctx`; with `one_vector`, every QP asks for vector 0, so
+    /// that they share one pooled CQ.
+    fn with_ctx(
+        dev: &Device,
+        qps: usize,
+        per_qp: u32,
+        recv: Recv,
+        buf_size: u32,
+        ctx: PollCtx,
+        one_vector: bool,
+    ) -> Result<Self> {
         let pd = Pd::new(dev)?;
         let rx = Rx::new(qps, per_qp)?;
         let (pool, rq_depth) = match recv {
@@ -370,7 +399,8 @@ impl Fleet {
         for i in 0..qps {
             // The same CQ share and no moderation whatever the receive setup, so that the
             // benchmark compares receive queues only.
-            let cq = PooledCq::get(dev, 64 + 256, i as i32, PollCtx::Softirq, Moderation::None)?;
+            let hint = if one_vector { 0 } else { i as i32 };
+            let cq = PooledCq::get(dev, 64 + 256, hint, ctx, Moderation::None)?;
             let srq = match &f.pool {
                 Some(pool) => {
                     // SAFETY: Live pool.
@@ -479,6 +509,34 @@ impl Fleet {
             Some(p) => p.get().buffer_bytes(),
             None => self.rq.iter().map(|s| s.buf.capacity() as u64).sum(),
         }
+    }
+
+    /// Posts every message of every QP but the first, at once.
+    fn post_all_but_first(&self) -> TestResult {
+        // SAFETY: The PD is live.
+        let lkey = unsafe { bindings::ibext_test_pd_lkey(self.pd.0.as_ptr()) };
+        for (i, qp) in self.qps.iter().enumerate().skip(1) {
+            let (_, dma) = self.bufs[i];
+            let ctx: *const SendCtx = &*self.sends[i];
+            for seq in 0..self.rx.per_qp {
+                let at = dma + u64::from(seq) * MSG as u64;
+                // SAFETY: Live QP; the context and buffer outlive the send.
+                let r = unsafe {
+                    bindings::ibext_test_post_send(
+                        qp.0,
+                        ctx.cast_mut().cast(),
+                        at,
+                        MSG as u32,
+                        lkey,
+                        0,
+                        0,
+                        0,
+                    )
+                };
+                kassert_eq!(r, 0, "post_send qp {} seq {}", i, seq);
+            }
+        }
+        Ok(())
     }
 
     /// Sends every message, `window` per QP at a time, and waits for every receive.
@@ -698,6 +756,146 @@ fn limit_events_are_counted() -> TestResult {
     Ok(())
 }
 
+/// Receive CQs polled in workqueue and unbound-workqueue context, with a `recv_done` that sleeps
+/// after counting each message. The pool is destroyed as soon as the last message is counted,
+/// while its handler may still be asleep inside ibext's receive handler: destroy must wait for
+/// every handler the engine is running (an SRCU grace period; RCU would not wait for a kworker),
+/// so once it returns no handler is inside, and KASAN sees nothing freed under one.
+fn sleeping_handlers_then_destroy() -> TestResult {
+    const QPS: usize = 4;
+    const PER_QP: u32 = 32;
+    let dev = required(c_str!("rxe0"))?;
+    for ctx in [PollCtx::Workqueue, PollCtx::UnboundWorkqueue] {
+        let mut f = Fleet::with_ctx(
+            dev.device(),
+            QPS,
+            PER_QP,
+            Recv::Pool { nr: 0, size: 32 },
+            64,
+            ctx,
+            false,
+        )
+        .map_err(|_| Failed)?;
+        f.rx.sleep_ms.store(5, Ordering::Release);
+        f.run(8)?;
+        drop(core::mem::replace(&mut f.qps, KVec::new()));
+        drop(core::mem::replace(&mut f.refs, KVec::new()));
+        kassert_eq!(
+            f.pool.as_mut().map_or(-1, Pool::destroy),
+            0,
+            "{}",
+            ctx.name()
+        );
+        kassert_eq!(
+            f.rx.inside.load(Ordering::Acquire),
+            0,
+            "{}: destroy returned with a handler still running",
+            ctx.name()
+        );
+    }
+    kassert_eq!(ledger::counts(Kind::SrqPool).live(), 0);
+    Ok(())
+}
+
+/// `ib_drain_qp()` on an SRQ QP whose receive CQ is a pooled CQ shared with other QPs, while
+/// their messages are in flight. 6.12's `__ib_drain_srq` waits for
+/// `IB_EVENT_QP_LAST_WQE_REACHED` and then polls that CQ itself (`ib_process_cq_direct`),
+/// beside ibext's engine: the other QPs' completions are then dispatched by two pollers, and
+/// every one of them must still arrive exactly once. In every poll context.
+fn drain_srq_qp_on_a_shared_cq() -> TestResult {
+    const QPS: usize = 4;
+    const PER_QP: u32 = 24;
+    let dev = required(c_str!("rxe0"))?;
+    for ctx in PollCtx::ALL {
+        let f = Fleet::with_ctx(
+            dev.device(),
+            QPS,
+            PER_QP,
+            Recv::Pool { nr: 1, size: 128 },
+            64,
+            ctx,
+            true,
+        )
+        .map_err(|_| Failed)?;
+        let shared = f.cqs.iter().all(|c| c.as_raw() == f.cqs[0].as_raw());
+        kassert!(shared, "{}: the QPs do not share one CQ", ctx.name());
+        f.post_all_but_first()?;
+        // SAFETY: QP 0 is live; its send and receive CQ is pooled, its SRQ is the pool's.
+        unsafe { bindings::ib_drain_qp(f.qps[0].0) };
+        let want = (QPS as u64 - 1) * u64::from(PER_QP);
+        let mut waited = 0;
+        while f.rx.received.load(Ordering::Acquire) < want {
+            kassert!(
+                waited < 30_000,
+                "{}: {} of {} received",
+                ctx.name(),
+                f.rx.received.load(Ordering::Acquire),
+                want
+            );
+            msleep(2);
+            waited += 2;
+        }
+        kassert_eq!(
+            f.rx.received.load(Ordering::Acquire),
+            want,
+            "{}",
+            ctx.name()
+        );
+        kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0, "{}", ctx.name());
+        kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0, "{}", ctx.name());
+        for qp in 1..QPS as u32 {
+            for seq in 0..PER_QP {
+                let id = (qp * PER_QP + seq) as usize;
+                let seen = f.rx.seen[id / 64].load(Ordering::Acquire) & (1u64 << (id % 64));
+                kassert!(seen != 0, "{}: QP {} message {} lost", ctx.name(), qp, seq);
+            }
+        }
+        for (i, sctx) in f.sends.iter().enumerate().skip(1) {
+            let mut waited = 0;
+            while sctx.done.load(Ordering::Acquire) < u64::from(PER_QP) && waited < 30_000 {
+                msleep(2);
+                waited += 2;
+            }
+            kassert_eq!(
+                sctx.done.load(Ordering::Acquire),
+                u64::from(PER_QP),
+                "QP {}",
+                i
+            );
+            kassert_eq!(sctx.errors.load(Ordering::Acquire), 0, "QP {}", i);
+        }
+    }
+    Ok(())
+}
+
+/// A QP still attached to an SRQ whose reference was put back early: destroy refuses with
+/// `-EBUSY` and frees nothing (the buffers stay posted), and succeeds once the QP is gone.
+fn destroy_refused_while_a_qp_is_attached() -> TestResult {
+    let dev = required(c_str!("rxe0"))?;
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let rx = Rx::new(0, 1).map_err(|_| Failed)?;
+    let cq = PooledCq::get(dev.device(), 64, 0, PollCtx::Workqueue, Moderation::None)
+        .map_err(|_| Failed)?;
+    let mut pool = Pool::create(&pd, &attr(1, 16, 64, Some(&rx))).map_err(|_| Failed)?;
+    // SAFETY: Live pool.
+    let srq = kernel::error::from_err_ptr(unsafe { ibext_srq_pool_get(pool.0, 0) })
+        .map_err(|_| Failed)?;
+    // SAFETY: PD, CQ and SRQ are live; the QP is destroyed before all three.
+    let qp = kernel::error::from_err_ptr(unsafe {
+        bindings::ibext_test_create_qp(pd.0.as_ptr(), cq.as_raw(), cq.as_raw(), srq, 8, 0)
+    })
+    .map_err(|_| Failed)?;
+    let qp = Qp(qp);
+    // SAFETY: Live pool; the reference was taken above (the QP still uses the SRQ).
+    unsafe { ibext_srq_pool_put(pool.0, srq) };
+    kassert_eq!(pool.destroy(), EBUSY.to_errno());
+    bad_input_ok("srq_destroy.attached");
+    kassert_eq!(pool.get().posted(), 16);
+    drop(qp);
+    kassert_eq!(pool.destroy(), 0);
+    Ok(())
+}
+
 /// Every request the pool must refuse, and every caller bug.
 fn bad_input() -> TestResult {
     let dev = required(c_str!("rxe0"))?;
@@ -713,13 +911,17 @@ fn bad_input() -> TestResult {
     };
     let mut no_cb = attr(0, 16, 64, Some(&rx));
     no_cb.recv_done = None;
-    let cases: [(&str, bindings::ibext_srq_pool_attr); 7] = [
+    let cases: [(&str, bindings::ibext_srq_pool_attr); 9] = [
         ("srq_create.zero_size", attr(0, 0, 0, None)),
         ("srq_create.zero_sge", bad_sge(0)),
         ("srq_create.over_max_sge", bad_sge(max_sge + 1)),
         ("srq_create.over_max_srq", attr(max_srq + 1, 16, 0, None)),
         ("srq_create.big_buf", attr(0, 16, 64 * 1024 + 1, Some(&rx))),
         ("srq_create.buf_without_recv_done", no_cb),
+        // Clamped to max_srq_wr (2^20 on rxe), still 4 * 2^20 managed buffers: over the cap,
+        // refused before anything is allocated (it used to make the page allocator WARN).
+        ("srq_create.too_big", attr(0, 1 << 30, 64, Some(&rx))),
+        ("srq_create.too_big_total", attr(0, 65536, 65536, Some(&rx))),
         (
             "srq_create.recv_done_without_buf",
             attr(0, 16, 0, Some(&rx)),
@@ -918,6 +1120,9 @@ kunit_suite!(
     [
         bad_input,
         references_and_busy,
+        destroy_refused_while_a_qp_is_attached,
+        sleeping_handlers_then_destroy,
+        drain_srq_qp_on_a_shared_cq,
         traffic_exactly_once,
         limit_events_are_counted,
         allocation_failure_unwinds,
