@@ -34,7 +34,7 @@ use core::{
     marker::PhantomPinned,
     pin::Pin,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering},
 };
 use kernel::{error::from_err_ptr, ffi::c_int, prelude::*, types::Opaque};
 
@@ -44,6 +44,14 @@ pub(crate) const POLL_BATCH: usize = 16;
 pub(crate) const BUDGET_SOFTIRQ: u32 = 256;
 /// Completions per pass in workqueue context (upstream `IB_POLL_BUDGET_WORKQUEUE`).
 pub(crate) const BUDGET_WORKQUEUE: u32 = 65536;
+
+/// The tests' gate on a CQ's passes (see `CqEngine::test_hold`): open, held, held with a pass
+/// wanted.
+const GATE_OPEN: u8 = 0;
+#[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+const GATE_HELD: u8 = 1;
+#[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+const GATE_PENDING: u8 = 2;
 
 /// Re-arm flags at the end of a pass that stayed under budget.
 const REARM_FLAGS: bindings::ib_cq_notify_flags = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP
@@ -179,6 +187,10 @@ pub(crate) struct CqStats {
     pub(crate) deferred_waited_us: AtomicU64,
     /// Adaptive mode: switches between interrupt and polling mode.
     pub(crate) mode_switches: AtomicU64,
+    /// DIM profiles the device's `modify_cq` took.
+    pub(crate) hw_applied: AtomicU64,
+    /// DIM profiles the device's `modify_cq` refused (software moderation took over).
+    pub(crate) hw_refused: AtomicU64,
 }
 
 /// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
@@ -207,6 +219,12 @@ pub(crate) struct CqSnapshot {
     pub(crate) deferred_waited_us: u64,
     /// See [`CqStats::mode_switches`].
     pub(crate) mode_switches: u64,
+    /// See [`CqStats::hw_applied`].
+    pub(crate) hw_applied: u64,
+    /// See [`CqStats::hw_refused`].
+    pub(crate) hw_refused: u64,
+    /// Whether the device moderates the CQ's events itself now.
+    pub(crate) hw_moderation: bool,
     /// The DIM profile index now.
     pub(crate) profile_ix: u8,
 }
@@ -225,8 +243,8 @@ pub(crate) struct CqEngine {
     ctx: PollCtx,
     vector: u32,
     moderation: Moderation,
-    /// The device applies DIM profiles itself (`modify_cq`).
-    hw_moderation: bool,
+    /// The device applies DIM profiles itself: it has `modify_cq`, and took the last profile.
+    hw_moderation: AtomicBool,
     /// What owns the CQ (the device state whose pools hold it), for `ibext_cq_pool_put` to find
     /// its way back from the CQ alone; opaque to the engine.
     owner: *const c_void,
@@ -246,6 +264,8 @@ pub(crate) struct CqEngine {
     modstate: Opaque<ModState>,
     stats: CqStats,
     dying: AtomicBool,
+    /// The tests' gate (`GATE_*`); always open in the product module.
+    gate: AtomicU8,
     _token: Token,
     #[pin]
     _pin: PhantomPinned,
@@ -306,6 +326,9 @@ impl CqEngine {
             deferred_asked_us: get(&st.deferred_asked_us),
             deferred_waited_us: get(&st.deferred_waited_us),
             mode_switches: get(&st.mode_switches),
+            hw_applied: get(&st.hw_applied),
+            hw_refused: get(&st.hw_refused),
+            hw_moderation: self.hw_moderation.load(Ordering::Relaxed),
             profile_ix: self.profile_ix(),
         }
     }
@@ -344,7 +367,7 @@ impl CqEngine {
                 exhausted,
                 budget,
                 profile_ix: self.profile_ix(),
-                hw_moderation: self.hw_moderation,
+                hw_moderation: self.hw_moderation.load(Ordering::Acquire),
             },
         );
         if st.switches != before {
@@ -410,7 +433,21 @@ impl CqEngine {
         // SAFETY: `work` is the `work` field of the `dim` field of a live engine.
         let engine = unsafe { &*kernel::container_of!(dim::dim_of_work(work), Self, dim) };
         // SAFETY: The CQ is alive: this work is cancelled before the CQ is destroyed.
-        let ix = unsafe { dim::apply_profile(&engine.dim, engine.cq(), engine.hw_moderation) };
+        let (ix, applied) = unsafe { dim::apply_profile(&engine.dim, engine.cq()) };
+        // What the device took decides what the poller does: re-arm (the device moderates) or
+        // software moderation (no `modify_cq`, or it refused).
+        engine
+            .hw_moderation
+            .store(applied.in_hardware(), Ordering::Release);
+        match applied {
+            dim::Applied::Hardware => {
+                engine.stats.hw_applied.fetch_add(1, Ordering::Relaxed);
+            }
+            dim::Applied::Refused(_) => {
+                engine.stats.hw_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            dim::Applied::Software => {}
+        }
         engine.stats.profile_changes.fetch_add(1, Ordering::Relaxed);
         engine
             .stats
@@ -468,6 +505,10 @@ impl CqEngine {
 
     /// Schedules a poll pass in the CQ's context.
     fn schedule(&self) {
+        #[cfg(ibext_kunit)]
+        if self.test_gate_closed() {
+            return;
+        }
         match self.ctx {
             // SAFETY: `iop` was initialized by `irq_poll_init` in `create`.
             PollCtx::Softirq => unsafe { bindings::irq_poll_sched(self.iop.get()) },
@@ -483,6 +524,43 @@ impl CqEngine {
                     bindings::ibext_shim_queue_work(wq.load(Ordering::Acquire), self.work.get())
                 };
             }
+        }
+    }
+
+    /// Tests only: makes lib/dim's decision `ix` for this CQ, as `rdma_dim()` does when it picks
+    /// a profile (sets `profile_ix`, schedules the DIM work), and waits for the work to apply it.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_force_profile(&self, ix: u8) {
+        dim::test_force_profile(&self.dim, ix);
+    }
+
+    /// Test gate: returns whether the gate is closed, remembering that a pass was wanted.
+    #[cfg(ibext_kunit)]
+    fn test_gate_closed(&self) -> bool {
+        match self.gate.compare_exchange(
+            GATE_HELD,
+            GATE_PENDING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(g) => g == GATE_PENDING,
+        }
+    }
+
+    /// Tests only: no poll pass starts from now on (events, missed events at re-arm, polling
+    /// mode and the moderation timer all go through `schedule`), so completions accumulate in
+    /// the CQ until [`CqEngine::test_release`]. A pass already running finishes.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_hold(&self) {
+        self.gate.store(GATE_HELD, Ordering::Release);
+    }
+
+    /// Tests only: opens the gate, and runs the pass that was wanted while it was closed.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_release(&self) {
+        if self.gate.swap(GATE_OPEN, Ordering::AcqRel) == GATE_PENDING {
+            self.schedule();
         }
     }
 
@@ -577,7 +655,7 @@ impl CqEngine {
         moderation: Moderation,
         owner: *const c_void,
     ) -> Result<OwnedCq> {
-        let hw_moderation = dev.has_modify_cq();
+        let hw_moderation = AtomicBool::new(dev.has_modify_cq());
         let engine = KBox::pin_init(
             pin_init!(Self {
                 cq: AtomicPtr::new(core::ptr::null_mut()),
@@ -606,6 +684,7 @@ impl CqEngine {
                 modstate: Opaque::new(ModState::default()),
                 stats: CqStats::default(),
                 dying: AtomicBool::new(false),
+                gate: AtomicU8::new(GATE_OPEN),
                 _token: Token::new(Kind::PooledCq),
                 _pin: PhantomPinned,
             }),

@@ -296,7 +296,8 @@ impl CqPool {
                 m,
                 "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
                  moderation {} profile {} profile_max {} profile_changes {} samples {} \
-                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {}",
+                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {} \
+                 moderated_by {} hw_applied {} hw_refused {}",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
@@ -314,6 +315,9 @@ impl CqPool {
                 st.deferred_asked_us,
                 st.deferred_waited_us,
                 st.mode_switches,
+                if st.hw_moderation { "device" } else { "ibext" },
+                st.hw_applied,
+                st.hw_refused,
             )?;
         }
         Ok(())

@@ -54,9 +54,41 @@ pub(crate) fn profile_ix(dim: &Opaque<bindings::dim>) -> u8 {
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*dim.get()).profile_ix)) }
 }
 
+/// Tests only: makes lib/dim's decision `ix`, as `rdma_dim()` does when it picks a profile
+/// (`profile_ix`, then `schedule_work(&dim->work)`), and waits until the work has run.
+#[cfg(ibext_kunit)]
+pub(crate) fn test_force_profile(dim: &Opaque<bindings::dim>, ix: u8) {
+    // SAFETY: `dim` is initialized and its work was initialized with it; the owner cancels the
+    // work before freeing it, and the caller keeps the owner alive across this call.
+    unsafe {
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*dim.get()).profile_ix), ix);
+        let work = core::ptr::addr_of_mut!((*dim.get()).work);
+        bindings::ibext_shim_queue_work_unbound(work);
+        bindings::flush_work(work);
+    }
+}
+
+/// How a profile was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// The device's `modify_cq` took it.
+    Hardware,
+    /// The device has no `modify_cq`: software moderation applies it.
+    Software,
+    /// The device's `modify_cq` refused it (the errno): software moderation applies it.
+    Refused(i32),
+}
+
+impl Applied {
+    /// Whether the device moderates events itself now.
+    pub(crate) fn in_hardware(self) -> bool {
+        self == Applied::Hardware
+    }
+}
+
 /// Applies the profile lib/dim chose for `cq` (its work function's job, as upstream's
-/// `ib_cq_rdma_dim_work`): `modify_cq` if the device has it (`hw`), then measure afresh.
-/// Returns the profile index applied.
+/// `ib_cq_rdma_dim_work`): the device's own `modify_cq` where it has one, then measure afresh.
+/// Returns the profile index applied, and how.
 ///
 /// # Safety
 ///
@@ -64,14 +96,18 @@ pub(crate) fn profile_ix(dim: &Opaque<bindings::dim>) -> u8 {
 pub(crate) unsafe fn apply_profile(
     dim: &Opaque<bindings::dim>,
     cq: *mut bindings::ib_cq,
-    hw: bool,
-) -> u8 {
+) -> (u8, Applied) {
     let ix = profile_ix(dim);
-    if hw {
-        let p = moderation::profile(ix);
-        // SAFETY: `cq` is alive (caller contract).
-        unsafe { bindings::rdma_set_cq_moderation(cq, p.comps, p.usec) };
-    }
+    let p = moderation::profile(ix);
+    // SAFETY: `cq` is alive (caller contract).
+    let r = unsafe { bindings::ibext_shim_modify_cq(cq, p.comps, p.usec) };
+    let applied = if r == 0 {
+        Applied::Hardware
+    } else if r == -(kernel::bindings::EOPNOTSUPP as i32) {
+        Applied::Software
+    } else {
+        Applied::Refused(r)
+    };
     // SAFETY: As in `profile_ix`.
     unsafe {
         core::ptr::write_volatile(
@@ -79,5 +115,5 @@ pub(crate) unsafe fn apply_profile(
             bindings::dim_state_DIM_START_MEASURE as u8,
         )
     };
-    ix
+    (ix, applied)
 }

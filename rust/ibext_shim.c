@@ -82,6 +82,19 @@ void ibext_shim_cq_set_used(struct ib_cq *cq, unsigned int used)
 	WRITE_ONCE(cq->cqe_used, used);
 }
 
+/*
+ * The device's own modify_cq.  6.12's rdma_set_cq_moderation() (verbs.c)
+ * refuses CQs marked shared before it reaches the driver, to keep ULPs off
+ * ib_core's pooled CQs; ibext owns its pooled CQs and applies their DIM
+ * profiles itself, so it calls the op rdma_set_cq_moderation() would call.
+ */
+int ibext_shim_modify_cq(struct ib_cq *cq, u16 cq_count, u16 cq_period)
+{
+	if (!cq->device->ops.modify_cq)
+		return -EOPNOTSUPP;
+	return cq->device->ops.modify_cq(cq, cq_count, cq_period);
+}
+
 /* Returns the completion handler the CQ was made with, to recognise ibext's. */
 void *ibext_shim_cq_comp_handler(struct ib_cq *cq)
 {

@@ -40,6 +40,7 @@ void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
 bool ibext_shim_cq_is_pooled(struct ib_cq *cq);
 void ibext_shim_cq_set_used(struct ib_cq *cq, unsigned int used);
 void *ibext_shim_cq_comp_handler(struct ib_cq *cq);
+int ibext_shim_modify_cq(struct ib_cq *cq, u16 cq_count, u16 cq_period);
 bool ibext_shim_cq_polled_by_core(struct ib_cq *cq);
 bool ibext_shim_device_try_get(struct ib_device *dev);
 bool ibext_shim_srq_in_use(struct ib_srq *srq);
@@ -106,6 +107,8 @@ int ibext_test_destroy_qp(struct ib_qp *qp);
 u32 ibext_test_qp_num(struct ib_qp *qp);
 int ibext_test_connect_self(struct ib_qp *qp);
 int ibext_test_qp_to_error(struct ib_qp *qp);
+int ibext_test_peek_cq(struct ib_cq *cq, int n);
+int ibext_test_srq_limit(struct ib_srq *srq);
 u64 ibext_test_dma_map(struct ib_device *dev, void *buf, size_t len);
 void ibext_test_dma_unmap(struct ib_device *dev, u64 addr, size_t len);
 int ibext_test_post_recv(struct ib_qp *qp, struct ib_cqe *cqe, u64 addr,

@@ -23,7 +23,7 @@ use core::{
     marker::PhantomPinned,
     pin::Pin,
     ptr::NonNull,
-    sync::atomic::{AtomicPtr, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
 };
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -42,7 +42,8 @@ struct LegacyDim {
     #[pin]
     dim: Opaque<bindings::dim>,
     cq: *mut bindings::ib_cq,
-    hw_moderation: bool,
+    /// The device applies profiles itself: it has `modify_cq`, and took the last profile.
+    hw_moderation: AtomicBool,
     samples: AtomicU64,
     profile_changes: AtomicU64,
     _token: Token,
@@ -61,7 +62,9 @@ impl LegacyDim {
         // work is cancelled before the state is freed.
         let this = unsafe { &*kernel::container_of!(dim::dim_of_work(work), Self, dim) };
         // SAFETY: The CQ is alive while attached (type invariant).
-        unsafe { dim::apply_profile(&this.dim, this.cq, this.hw_moderation) };
+        let (_, applied) = unsafe { dim::apply_profile(&this.dim, this.cq) };
+        this.hw_moderation
+            .store(applied.in_hardware(), Ordering::Release);
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -129,7 +132,7 @@ pub(crate) unsafe fn attach(cq: *mut bindings::ib_cq) -> Result {
         pin_init!(LegacyDim {
             dim <- dim::new_dim(LegacyDim::work_fn, c"ibext_legacy_dim", &LEGACY_DIM_CLASS),
             cq,
-            hw_moderation: dev.has_modify_cq(),
+            hw_moderation: AtomicBool::new(dev.has_modify_cq()),
             samples: AtomicU64::new(0),
             profile_changes: AtomicU64::new(0),
             _token: Token::new(Kind::LegacyDim),
@@ -228,4 +231,18 @@ pub(crate) unsafe fn counters(cq: *mut bindings::ib_cq) -> Option<(u64, u64)> {
         state.samples.load(Ordering::Relaxed),
         state.profile_changes.load(Ordering::Relaxed),
     ))
+}
+
+/// Tests only: forces lib/dim's decision `ix` on `cq`'s attached DIM (see
+/// `dim::test_force_profile`) and returns whether the device moderates the CQ itself afterwards.
+///
+/// # Safety
+///
+/// `cq` is a live CQ with ibext's DIM attached, not detached during the call.
+#[cfg(ibext_kunit)]
+pub(crate) unsafe fn test_force_profile(cq: *mut bindings::ib_cq, ix: u8) -> Option<bool> {
+    // SAFETY: Caller contract.
+    let state = unsafe { state_of(cq) }?;
+    dim::test_force_profile(&state.dim, ix);
+    Some(state.hw_moderation.load(Ordering::Acquire))
 }

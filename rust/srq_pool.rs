@@ -345,6 +345,16 @@ impl SrqPool {
                     return Err(Error::from_errno(r));
                 }
             }
+            if self.plan.limit > 0 {
+                // Armed again now that receives are posted: mlx4 and mlx5 ignore `srq_limit` at
+                // create (mlx5/srq.c, mlx4/srq.c), only `modify_srq` with `IB_SRQ_LIMIT` arms
+                // it. A device without `modify_srq` keeps what create armed.
+                // SAFETY: The SRQ is live.
+                let r = unsafe { bindings::ibext_shim_arm_srq_limit(srq.raw, self.plan.limit) };
+                if r != 0 && r != eopnotsupp().to_errno() {
+                    return Err(Error::from_errno(r));
+                }
+            }
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use super::{guest::DeviceRef, stream::Stream, traffic::Loopback};
 use crate::{
     api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
     bindings, client,
-    cq_engine::{CqSnapshot, PollCtx},
+    cq_engine::{CqEngine, CqSnapshot, PollCtx},
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
@@ -15,6 +15,7 @@ use crate::{
     policy::moderation::RDMA_DIM_PROFILES,
     warn::expect_warnings,
 };
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use kernel::{c_str, prelude::*};
 
 /// What one streaming run on pooled CQs of one mode looked like.
@@ -168,13 +169,31 @@ fn cq_pairs(
 
 /// The adaptive mode switches between interrupt and polling mode *during* rounds whose every
 /// completion is checked: none is lost, duplicated or misdelivered across a switch.
+///
+/// The switch is forced, not hoped for: each round holds the CQs' pollers (the tests' gate)
+/// until every CQ has at least a softirq pass's polling threshold (budget / 8) of completions
+/// waiting, so the first pass after the release is heavy and switches to polling mode, and the
+/// empty pass that ends the round switches back. However slow the guest, every round switches.
 fn adaptive_switches_lose_nothing() -> TestResult {
     const QPS: usize = 8;
     const DEPTH: usize = 32;
+    const ROUNDS: u32 = 12;
+    let threshold = (crate::cq_engine::BUDGET_SOFTIRQ
+        / crate::policy::moderation::ADAPTIVE_POLL_BUDGET_DIV) as i32;
     let dev = super::guest::required(c_str!("rxe0"))?;
     let state = client::device_state(dev.device()).ok_or(Failed)?;
     let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |_| PollCtx::Softirq, Moderation::Adaptive)?;
     let distinct = super::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
+    let engines = || {
+        distinct.iter().filter_map(|&cq| {
+            // SAFETY: The CQs are pooled and held by `_cqs` for the whole test.
+            unsafe { CqEngine::of_cq(cq) }
+        })
+    };
+    kassert_eq!(engines().count(), distinct.len());
+    // Every CQ must see at least `threshold` completions per round for the release to be heavy.
+    let per_cq_min = (QPS * DEPTH * 2) / distinct.len();
+    kassert!(per_cq_min >= threshold as usize, "{} CQs", distinct.len());
     let switches = || -> u64 {
         distinct
             .iter()
@@ -182,35 +201,212 @@ fn adaptive_switches_lose_nothing() -> TestResult {
             .map(|i| i.mode_switches)
             .sum()
     };
-    // At least 12 rounds, and more (up to 40) until 3 of them switched: the debug kernel's
-    // passes are slower and fewer of its rounds switch.
-    const WANT: u32 = 3;
     let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
-    let (mut rounds, mut rounds_with_switches) = (0u32, 0u32);
-    while rounds < 40 && (rounds < 12 || rounds_with_switches < WANT) {
+    let mut rounds_with_switches = 0u32;
+    for round in 0..ROUNDS {
+        // Every CQ back in interrupt mode (an even number of switches: the empty pass that ends
+        // polling mode has run and re-armed), so no pass is running or due when the gate closes.
+        let idle = super::guest::wait_for(20_000, || {
+            distinct
+                .iter()
+                .filter_map(|&cq| state.cq_pools().info(cq))
+                .all(|i| i.mode_switches % 2 == 0)
+        });
+        kassert!(idle, "round {}: a CQ stayed in polling mode", round);
         let before = switches();
-        let res = lb.round(rounds, rounds % 2 == 1, 20_000);
-        kassert!(res.is_ok(), "round {}: {:?}", rounds, res);
+        for e in engines() {
+            e.test_hold();
+        }
+        let mut held = true;
+        let mut waited = 0u32;
+        let res = lb.round_polled(round, round % 2 == 1, 30_000, &mut || {
+            if held {
+                // SAFETY: The CQs are live (held by `_cqs`).
+                let ready = distinct
+                    .iter()
+                    .all(|&cq| unsafe { bindings::ibext_test_peek_cq(cq, threshold) >= threshold });
+                // The hang guard only: a round that never fills fails below.
+                if ready || waited >= 20_000 {
+                    for e in engines() {
+                        e.test_release();
+                    }
+                    held = false;
+                }
+            }
+            super::guest::msleep(1);
+            waited += 1;
+        });
+        kassert!(res.is_ok(), "round {}: {:?}", round, res);
+        kassert!(waited < 20_000, "round {}: the CQs never filled", round);
         if switches() > before {
             rounds_with_switches += 1;
         }
-        rounds += 1;
     }
     kassert_eq!(
         lb.completions(),
-        u64::from(rounds) * 2 * (QPS * DEPTH) as u64
+        u64::from(ROUNDS) * 2 * (QPS * DEPTH) as u64
     );
     pr_info!(
         "dim: adaptive: {} of {} checked rounds switched modes\n",
         rounds_with_switches,
-        rounds
+        ROUNDS
     );
+    kassert_eq!(rounds_with_switches, ROUNDS);
+    Ok(())
+}
+
+/// What the recording `modify_cq` saw last, and whether it refuses.
+static REC_CALLS: AtomicU32 = AtomicU32::new(0);
+static REC_CQ: AtomicPtr<bindings::ib_cq> = AtomicPtr::new(core::ptr::null_mut());
+static REC_COUNT: AtomicU32 = AtomicU32::new(0);
+static REC_PERIOD: AtomicU32 = AtomicU32::new(0);
+static REC_REFUSE: AtomicBool = AtomicBool::new(false);
+
+/// A `modify_cq` for rxe0 that records its arguments (and refuses with `-EINVAL` on request).
+///
+/// # Safety
+///
+/// Called by ibext through the device's ops only.
+unsafe extern "C" fn recording_modify_cq(
+    cq: *mut bindings::ib_cq,
+    cq_count: u16,
+    cq_period: u16,
+) -> core::ffi::c_int {
+    REC_CQ.store(cq, Ordering::Release);
+    REC_COUNT.store(cq_count.into(), Ordering::Release);
+    REC_PERIOD.store(cq_period.into(), Ordering::Release);
+    REC_CALLS.fetch_add(1, Ordering::AcqRel);
+    if REC_REFUSE.load(Ordering::Acquire) {
+        EINVAL.to_errno()
+    } else {
+        0
+    }
+}
+
+/// rxe0's `ops.modify_cq` swapped for [`recording_modify_cq`] (6.12 copies the ops into every
+/// `ib_device`, so this changes rxe0 only); the original (none, on rxe) is put back on drop.
+struct ModifyCqSwap {
+    dev: *mut bindings::ib_device,
+    saved: Option<unsafe extern "C" fn(*mut bindings::ib_cq, u16, u16) -> core::ffi::c_int>,
+}
+
+impl ModifyCqSwap {
+    fn install(dev: &crate::ib::Device) -> Self {
+        let dev = dev.as_raw();
+        // SAFETY: `dev` is held by the test; a pointer-sized aligned store that readers see
+        // whole. Nothing but ibext's DIM work calls `modify_cq` on rxe.
+        let saved = unsafe {
+            let op = core::ptr::addr_of_mut!((*dev).ops.modify_cq);
+            let saved = op.read_volatile();
+            op.write_volatile(Some(recording_modify_cq));
+            saved
+        };
+        ModifyCqSwap { dev, saved }
+    }
+}
+
+impl Drop for ModifyCqSwap {
+    fn drop(&mut self) {
+        // SAFETY: As in `install`.
+        unsafe { core::ptr::addr_of_mut!((*self.dev).ops.modify_cq).write_volatile(self.saved) };
+    }
+}
+
+/// DIM's chosen profiles reach the device's own `modify_cq` with the profile's values, for a
+/// pooled CQ (which ib_core's `rdma_set_cq_moderation()` would refuse, as it is marked shared)
+/// and for a legacy CQ; a device that refuses a profile hands the CQ to software moderation,
+/// which then defers polls. rxe has no `modify_cq`, so the test gives rxe0 a recording one, and
+/// forces lib/dim's decisions (as `rdma_dim()` makes them) so that every profile is applied.
+fn modify_cq_reaches_the_device() -> TestResult {
+    let dev = super::guest::required(c_str!("rxe0"))?;
     kassert!(
-        rounds_with_switches >= WANT,
-        "{} of {} rounds switched modes",
-        rounds_with_switches,
-        rounds
+        !dev.device().has_modify_cq(),
+        "rxe0 has a modify_cq of its own"
     );
+    let state = client::device_state(dev.device()).ok_or(Failed)?;
+    let cq = PooledCq::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::Dim)?;
+    let raw = cq.as_raw();
+    // SAFETY: Pooled, with entries held by `cq` for the whole test.
+    let engine = unsafe { CqEngine::of_cq(raw) }.ok_or(Failed)?;
+    let info = || state.cq_pools().info(raw).unwrap_or_default();
+    let mut seen: KVec<(u8, u32, u32)> = KVec::new();
+    {
+        let _swap = ModifyCqSwap::install(dev.device());
+        REC_REFUSE.store(false, Ordering::Release);
+        for ix in 1..=8u8 {
+            let calls = REC_CALLS.load(Ordering::Acquire);
+            engine.test_force_profile(ix);
+            let p = crate::policy::moderation::profile(ix);
+            kassert_eq!(
+                REC_CALLS.load(Ordering::Acquire),
+                calls + 1,
+                "profile {}",
+                ix
+            );
+            kassert!(REC_CQ.load(Ordering::Acquire) == raw, "profile {}", ix);
+            let got = (
+                REC_COUNT.load(Ordering::Acquire),
+                REC_PERIOD.load(Ordering::Acquire),
+            );
+            kassert_eq!(
+                got,
+                (u32::from(p.comps), u32::from(p.usec)),
+                "profile {}",
+                ix
+            );
+            kassert!(info().hw_moderation, "profile {}", ix);
+            seen.push((ix, got.0, got.1), GFP_KERNEL)?;
+        }
+        kassert_eq!(info().hw_applied, 8);
+        // A legacy CQ's profile goes the same way.
+        with_legacy_cq(64, |_, lcq| {
+            // SAFETY: Our live CQ, made by `ib_create_cq`.
+            kassert_eq!(unsafe { ibext_dim_attach(lcq) }, 0);
+            // SAFETY: Attached above, detached by `with_legacy_cq`.
+            let hw = unsafe { legacy_dim::test_force_profile(lcq, 6) };
+            kassert_eq!(hw, Some(true));
+            kassert!(REC_CQ.load(Ordering::Acquire) == lcq);
+            let p = crate::policy::moderation::profile(6);
+            kassert_eq!(
+                (
+                    REC_COUNT.load(Ordering::Acquire),
+                    REC_PERIOD.load(Ordering::Acquire)
+                ),
+                (u32::from(p.comps), u32::from(p.usec))
+            );
+            REC_REFUSE.store(true, Ordering::Release);
+            // SAFETY: As above.
+            let hw = unsafe { legacy_dim::test_force_profile(lcq, 2) };
+            REC_REFUSE.store(false, Ordering::Release);
+            kassert_eq!(hw, Some(false));
+            Ok(())
+        })?;
+        // The device refuses: software moderation takes over.
+        REC_REFUSE.store(true, Ordering::Release);
+        engine.test_force_profile(2);
+        REC_REFUSE.store(false, Ordering::Release);
+        kassert!(!info().hw_moderation);
+        kassert_eq!(info().hw_refused, 1);
+    }
+    kernel::kunit::info(format_args!(
+        "    # modify_cq: profiles (ix, comps, usec) applied on rxe0: {:?}\n",
+        &seen[..]
+    ));
+    // Software moderation at profile 2 (2 us, 4 completions) defers polls instead of re-arming.
+    let deferred = info().deferred_polls;
+    let mut lb = Loopback::new(dev.device(), 4, &[(raw, raw)])?;
+    for round in 0..2u32 {
+        let res = lb.round(round, false, 20_000);
+        kassert!(res.is_ok(), "round {}: {:?}", round, res);
+    }
+    drop(lb);
+    let did = super::guest::wait_for(20_000, || info().deferred_polls > deferred);
+    kassert!(did, "no deferred poll after the device refused");
+    // The original op (none) is back: the next profile is applied in software.
+    let calls = REC_CALLS.load(Ordering::Acquire);
+    engine.test_force_profile(0);
+    kassert_eq!(REC_CALLS.load(Ordering::Acquire), calls);
+    kassert!(!info().hw_moderation);
     Ok(())
 }
 
@@ -539,5 +735,6 @@ kunit_suite!(
         adaptive_switches,
         adaptive_switches_lose_nothing,
         exactly_once_in_every_mode,
+        modify_cq_reaches_the_device,
     ]
 );

@@ -137,6 +137,23 @@ out:
 }
 
 /* Moves the QP to the error state: outstanding work requests are flushed. */
+/* Completions waiting in @cq, up to @n, through the driver's peek_cq (rxe has one). */
+int ibext_test_peek_cq(struct ib_cq *cq, int n)
+{
+	if (!cq->device->ops.peek_cq)
+		return -EOPNOTSUPP;
+	return cq->device->ops.peek_cq(cq, n);
+}
+
+/* The SRQ limit the device has armed now (0: none), or a negative errno. */
+int ibext_test_srq_limit(struct ib_srq *srq)
+{
+	struct ib_srq_attr attr = {};
+	int ret = ib_query_srq(srq, &attr);
+
+	return ret ?: attr.srq_limit;
+}
+
 int ibext_test_qp_to_error(struct ib_qp *qp)
 {
 	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };

@@ -4,7 +4,7 @@
 //! managed buffers through pooled CQs.
 
 use super::{
-    guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links},
+    guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links, wait_for},
     stream::now_ns,
 };
 use crate::{
@@ -513,12 +513,17 @@ impl Fleet {
 
     /// Posts every message of every QP but the first, at once.
     fn post_all_but_first(&self) -> TestResult {
+        self.post_range(1, 0..self.rx.per_qp)
+    }
+
+    /// Posts messages `seqs` of every QP from `first_qp` on, at once.
+    fn post_range(&self, first_qp: usize, seqs: core::ops::Range<u32>) -> TestResult {
         // SAFETY: The PD is live.
         let lkey = unsafe { bindings::ibext_test_pd_lkey(self.pd.0.as_ptr()) };
-        for (i, qp) in self.qps.iter().enumerate().skip(1) {
+        for (i, qp) in self.qps.iter().enumerate().skip(first_qp) {
             let (_, dma) = self.bufs[i];
             let ctx: *const SendCtx = &*self.sends[i];
-            for seq in 0..self.rx.per_qp {
+            for seq in seqs.clone() {
                 let at = dma + u64::from(seq) * MSG as u64;
                 // SAFETY: Live QP; the context and buffer outlive the send.
                 let r = unsafe {
@@ -733,26 +738,85 @@ fn references_and_busy() -> TestResult {
     Ok(())
 }
 
-/// A pool too small for its QPs: one SRQ of 16 buffers (limit 4) for 4 QPs with 8 sends each
-/// in flight. The SRQ runs short, `IB_EVENT_SRQ_LIMIT_REACHED` is counted and the limit re-armed,
-/// the senders retry on RNR, and still every message arrives exactly once.
+/// The SRQ limit is armed (checked with `ib_query_srq()`), raises
+/// `IB_EVENT_SRQ_LIMIT_REACHED` when the SRQ runs short, and is armed again after every event.
+///
+/// The shortage is forced, not hoped for: one SRQ of 16 buffers (limit 4) for 4 QPs, whose
+/// CQs' pollers are held (the tests' gate) while 32 messages are sent, so no buffer is reposted
+/// until the event has come; then the pollers are released, the senders' RNR retries go
+/// through, and every message arrives exactly once. Twice, so the re-arm is checked too.
 fn limit_events_are_counted() -> TestResult {
+    const QPS: usize = 4;
+    const PER_CYCLE: u32 = 8;
+    const CYCLES: u32 = 2;
     let dev = required(c_str!("rxe0"))?;
-    let f =
-        Fleet::new(dev.device(), 4, 64, Recv::Pool { nr: 1, size: 16 }, 64).map_err(|_| Failed)?;
-    kassert_eq!(f.pool()?.plan().limit, 4);
-    f.run(8)?;
-    let events = f.pool()?.limit_events();
+    let f = Fleet::new(
+        dev.device(),
+        QPS,
+        PER_CYCLE * CYCLES,
+        Recv::Pool { nr: 1, size: 16 },
+        64,
+    )
+    .map_err(|_| Failed)?;
+    let pool = f.pool()?;
+    kassert_eq!(pool.plan().limit, 4);
+    let srq = pool.srq(0).ok_or(Failed)?;
+    let engines = || {
+        f.cqs.iter().filter_map(|c| {
+            // SAFETY: The CQs are pooled and held by `f`.
+            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
+        })
+    };
+    kassert_eq!(engines().count(), QPS);
+    for cycle in 0..CYCLES {
+        // SAFETY: `srq` is live while the pool is.
+        let armed = wait_for(
+            20_000,
+            || unsafe { bindings::ibext_test_srq_limit(srq) } == 4,
+        );
+        kassert!(armed, "cycle {}: the limit is not armed", cycle);
+        let events = pool.limit_events();
+        for e in engines() {
+            e.test_hold();
+        }
+        f.post_range(0, cycle * PER_CYCLE..(cycle + 1) * PER_CYCLE)?;
+        let hit = wait_for(20_000, || pool.limit_events() > events);
+        for e in engines() {
+            e.test_release();
+        }
+        kassert!(hit, "cycle {}: no limit event with the pollers held", cycle);
+        let want = u64::from((cycle + 1) * PER_CYCLE) * QPS as u64;
+        let all = wait_for(30_000, || f.rx.received.load(Ordering::Acquire) >= want);
+        kassert!(
+            all,
+            "cycle {}: {} of {} received",
+            cycle,
+            f.rx.received.load(Ordering::Acquire),
+            want
+        );
+    }
+    let events = pool.limit_events();
     kernel::kunit::info(format_args!(
-        "    # srq limit: {} limit events for 256 messages through 16 buffers\n",
-        events
+        "    # srq limit: {} limit events in {} forced shortages\n",
+        events, CYCLES
     ));
-    kassert!(
-        events >= 2,
-        "{} limit events: the limit was not re-armed",
-        events
+    kassert!(events >= u64::from(CYCLES));
+    kassert_eq!(
+        f.rx.received.load(Ordering::Acquire),
+        u64::from(PER_CYCLE * CYCLES) * QPS as u64
     );
-    kassert_eq!(f.pool()?.posted(), 16);
+    kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
+    kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
+    let done = wait_for(30_000, || {
+        f.sends
+            .iter()
+            .all(|s| s.done.load(Ordering::Acquire) >= u64::from(PER_CYCLE * CYCLES))
+    });
+    kassert!(done, "sends did not complete");
+    for s in f.sends.iter() {
+        kassert_eq!(s.errors.load(Ordering::Acquire), 0);
+    }
+    kassert_eq!(pool.posted(), 16);
     Ok(())
 }
 
