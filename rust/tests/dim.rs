@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `ibext_dim`: moderation of pooled CQs on rxe, which has no `modify_cq`: DIM in software and
-//! the adaptive mode, against no moderation, with real streaming traffic.
+//! `ibext_dim`: moderation of pooled and legacy CQs on rxe: DIM applied in software (rxe has no
+//! `modify_cq`) and through a recording `modify_cq` given to rxe0, the adaptive mode, and
+//! exactly-once delivery in every mode. Every behaviour asserted is forced by the test (held
+//! pollers, forced DIM decisions); what only load would show (profiles rising, fewer events) is
+//! measured by `make bench`, not asserted here.
 
-use super::{guest::DeviceRef, stream::Stream, traffic::Loopback};
+use super::{guest::DeviceRef, traffic::Loopback};
 use crate::{
     api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
     bindings, client,
-    cq_engine::{CqEngine, CqSnapshot, PollCtx},
-    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
+    cq_engine::{CqEngine, PollCtx},
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
     policy::moderation::Moderation,
@@ -17,130 +20,6 @@ use crate::{
 };
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use kernel::{c_str, prelude::*};
-
-/// What one streaming run on pooled CQs of one mode looked like.
-#[derive(Default, Debug)]
-struct Outcome {
-    events: u64,
-    completions: u64,
-    max_profile: u8,
-    profile_changes: u64,
-    deferred_polls: u64,
-    mode_switches: u64,
-    /// The highest profile any of the CQs had when the run started, and when it ended.
-    profile_at_start: u8,
-    profile_at_end: u8,
-}
-
-impl Outcome {
-    /// Completion events per 1000 completions.
-    fn events_per_1k(&self) -> u64 {
-        self.events * 1000 / self.completions.max(1)
-    }
-}
-
-/// Streams `ops` sends on `qps` QPs of `depth` over pooled CQs moderated by `mode`.
-fn stream(
-    mode: Moderation,
-    qps: usize,
-    depth: usize,
-    ops: u64,
-) -> core::result::Result<Outcome, Failed> {
-    let dev = DeviceRef::get(c_str!("rxe0"));
-    kassert!(dev.is_some(), "rxe0 is not registered");
-    let dev = dev.ok_or(Failed)?;
-    let state = client::device_state(dev.device()).ok_or(Failed)?;
-    let mut cqs = KVec::new();
-    let mut raw = KVec::new();
-    for i in 0..qps {
-        let cq = PooledCq::get(
-            dev.device(),
-            3 * depth as u32,
-            i as i32,
-            PollCtx::Softirq,
-            mode,
-        )?;
-        raw.push(cq.as_raw(), GFP_KERNEL)?;
-        cqs.push(cq, GFP_KERNEL)?;
-    }
-    let distinct = super::guest::distinct_cqs(raw.iter().copied())?;
-    let snapshot = |cqs: &KVec<*mut bindings::ib_cq>| -> KVec<CqSnapshot> {
-        let mut v = KVec::new();
-        for &cq in cqs.iter() {
-            let _ = v.push(state.cq_pools().info(cq).unwrap_or_default(), GFP_KERNEL);
-        }
-        v
-    };
-    let before = snapshot(&distinct);
-    let s = Stream::start(dev.device(), &raw, depth, Some(ops), 0)?;
-    let waited = s.wait_sends(ops, 120_000);
-    let errors = s.run().errors();
-    let s = s.stop()?;
-    kassert!(
-        waited.is_ok(),
-        "{}: {} of {} sends",
-        mode.name(),
-        s.run().sends_done(),
-        ops
-    );
-    kassert_eq!(errors, 0);
-    let after = snapshot(&distinct);
-    let mut o = Outcome::default();
-    for (a, b) in after.iter().zip(before.iter()) {
-        o.events += a.events - b.events;
-        o.completions += a.completions - b.completions;
-        o.max_profile = o.max_profile.max(a.profile_max as u8);
-        o.profile_changes += a.profile_changes - b.profile_changes;
-        o.deferred_polls += a.deferred_polls - b.deferred_polls;
-        o.mode_switches += a.mode_switches - b.mode_switches;
-        o.profile_at_start = o.profile_at_start.max(b.profile_ix);
-        o.profile_at_end = o.profile_at_end.max(a.profile_ix);
-    }
-    pr_info!(
-        "dim: {} qps {} depth {}: {} events per 1k completions, max profile {}, profile {} -> {}, {} profile changes, {} deferred polls, {} mode switches\n",
-        mode.name(),
-        qps,
-        depth,
-        o.events_per_1k(),
-        o.max_profile,
-        o.profile_at_start,
-        o.profile_at_end,
-        o.profile_changes,
-        o.deferred_polls,
-        o.mode_switches
-    );
-    Ok(o)
-}
-
-/// Under sustained streaming load on many QPs (16 QPs, each keeping a send outstanding) DIM's
-/// profile rises, and events per completion fall against no moderation: software moderation
-/// defers small passes and catches the next completions in the same pass.
-fn dim_rises_under_load() -> TestResult {
-    if cfg!(CONFIG_KASAN) {
-        // A performance effect: KASAN and lockdep slow every pass several times over and the
-        // comparison would measure them. Delivery in every mode is checked on both kernels.
-        skip("a performance comparison; run on the test kernel");
-        return Ok(());
-    }
-    let none = stream(Moderation::None, 16, 1, 12_800)?;
-    let dim = stream(Moderation::Dim, 16, 1, 12_800)?;
-    kassert!(dim.max_profile > 0, "{:?}", dim);
-    kassert!(dim.profile_changes > 0);
-    kassert!(
-        dim.events_per_1k() < none.events_per_1k(),
-        "dim {} vs none {} events per 1k completions",
-        dim.events_per_1k(),
-        none.events_per_1k()
-    );
-    Ok(())
-}
-
-/// Under load the adaptive mode switches to polling and back, and every send completes.
-fn adaptive_switches() -> TestResult {
-    let o = stream(Moderation::Adaptive, 8, 32, 8_000)?;
-    kassert!(o.mode_switches > 0, "{:?}", o);
-    Ok(())
-}
 
 /// Pooled CQs for `qps` loopback QPs on `dev` with `depth` entries each for sends and for
 /// receives: QP `i` gets a send and a receive CQ on vector hint `i`, polled in `ctx(i)` and
@@ -731,8 +610,6 @@ kunit_suite!(
         legacy_api_on_own_cq,
         legacy_ulp_traffic,
         legacy_attach_detach_stress,
-        dim_rises_under_load,
-        adaptive_switches,
         adaptive_switches_lose_nothing,
         exactly_once_in_every_mode,
         modify_cq_reaches_the_device,

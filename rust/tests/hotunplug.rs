@@ -211,7 +211,6 @@ fn link_delete_under_traffic() -> TestResult {
                 cycle,
                 ms
             );
-            kassert!(ms < 30_000, "link delete took {} ms", ms);
             kassert_eq!(ulp.removes.load(Ordering::Acquire), cycle + 1);
             kassert_eq!(ulp.failures.load(Ordering::Acquire), 0);
             kassert!(DeviceRef::get(c_str!("rxe0")).is_none());

@@ -1125,7 +1125,6 @@ fn link_delete_after_cleanup_checks() -> TestResult {
     kassert_eq!(link_delete(c_str!("rxe0"))?, 0);
     let ms = (now_ns() - t) / 1_000_000;
     kernel::kunit::info(format_args!("    # rdma link delete rxe0: {} ms\n", ms));
-    kassert!(ms < 10_000, "rdma link delete took {} ms", ms);
     kassert_eq!(link_add(c_str!("rxe0"))?, 0);
     let dev = required(c_str!("rxe0"))?;
     let f =
