@@ -140,7 +140,8 @@ impl DeviceState {
             GFP_KERNEL,
         )?;
         // Registers for GID change events and builds the mirror; undone by dropping `state`.
-        state.gid_index.start()?;
+        // A scan that fails is retried later; lookups fall back to ib_core meanwhile.
+        state.gid_index.start();
 
         let dir = Dir::new_in_root(name.as_cstr());
         // SAFETY: The contents of an `Arc` never move, so `state_file` is pinned, and it lives as

@@ -67,9 +67,11 @@ pub(crate) enum Counter {
     Rescans = 4,
     /// Rescans that could not allocate; the old snapshot stays and lookups fall back.
     RescanFailures = 5,
+    /// Lookups on ports that are not mirrored (IB, iWARP), answered by ib_core.
+    Unindexed = 6,
 }
 
-const NR_COUNTERS: u32 = 6;
+const NR_COUNTERS: u32 = 7;
 
 impl Counter {
     const ALL: [Counter; NR_COUNTERS as usize] = [
@@ -79,6 +81,7 @@ impl Counter {
         Counter::Stale,
         Counter::Rescans,
         Counter::RescanFailures,
+        Counter::Unindexed,
     ];
 
     fn name(self) -> &'static str {
@@ -89,6 +92,7 @@ impl Counter {
             Counter::Stale => "stale",
             Counter::Rescans => "rescans",
             Counter::RescanFailures => "rescan_failures",
+            Counter::Unindexed => "unindexed",
         }
     }
 }
@@ -251,6 +255,8 @@ pub(crate) fn upstream_find_by_port(
 ///
 /// `slots` was filled by [`policy::build`] from `entries`; neither changes after publication.
 struct Snapshot {
+    /// The port's event count (`Port::requested`) when the scan began.
+    gen: u64,
     entries: KVec<Entry>,
     slots: KVec<u32>,
     valid: KVec<u64>,
@@ -259,7 +265,7 @@ struct Snapshot {
 
 impl Snapshot {
     /// Reads port `port` of `dev` (a table of `tbl_len` entries) into a new snapshot.
-    fn scan(dev: &Device, port: u32, tbl_len: u32) -> Result<KBox<Self>> {
+    fn scan(dev: &Device, port: u32, tbl_len: u32, gen: u64) -> Result<KBox<Self>> {
         let mut valid = KVec::with_capacity(policy::bitmap_words(tbl_len as usize), GFP_KERNEL)?;
         for _ in 0..policy::bitmap_words(tbl_len as usize) {
             valid.push(0, GFP_KERNEL)?;
@@ -286,6 +292,7 @@ impl Snapshot {
         // INVARIANT: `slots` was built from `entries` just above.
         Ok(KBox::new(
             Snapshot {
+                gen,
                 entries,
                 slots,
                 valid,
@@ -300,6 +307,9 @@ impl Snapshot {
 struct Port {
     num: u32,
     tbl_len: u32,
+    /// The port is mirrored: a RoCE port, whose changes ib_core announces. Tests may clear it
+    /// to force the path of IB and iWARP ports.
+    indexed: AtomicBool,
     /// The current snapshot, or null before the first scan; replaced only under
     /// `GidIndex::rescan`, freed after a grace period.
     snapshot: AtomicPtr<Snapshot>,
@@ -312,8 +322,11 @@ struct Port {
 }
 
 impl Port {
+    /// Whether the snapshot reflects every announced change; a port that is not mirrored has
+    /// nothing to catch up with.
     fn current(&self) -> bool {
-        self.done.load(Ordering::Acquire) == self.requested.load(Ordering::Acquire)
+        !self.indexed.load(Ordering::Acquire)
+            || self.done.load(Ordering::Acquire) == self.requested.load(Ordering::Acquire)
     }
 }
 
@@ -358,10 +371,13 @@ impl GidIndex {
         for num in first..=last {
             // SAFETY: `num` is a valid port of `dev`, which is registered.
             let tbl_len = unsafe { bindings::ibext_shim_gid_tbl_len(dev.as_raw(), num) };
+            // SAFETY: As above.
+            let roce = unsafe { bindings::ibext_shim_port_is_roce(dev.as_raw(), num) };
             ports.push(
                 Port {
                     num,
                     tbl_len,
+                    indexed: AtomicBool::new(roce),
                     snapshot: AtomicPtr::new(core::ptr::null_mut()),
                     requested: AtomicU64::new(0),
                     done: AtomicU64::new(0),
@@ -406,7 +422,10 @@ impl GidIndex {
     }
 
     /// Registers for GID change events and builds every port's snapshot (the client's `add`).
-    pub(crate) fn start(&self) -> Result {
+    ///
+    /// A scan that cannot allocate does not fail the device: its port has no snapshot, lookups
+    /// there fall back to ib_core, and each such lookup asks for the rescan again.
+    pub(crate) fn start(&self) {
         for p in self.ports.iter() {
             p.requested.fetch_add(1, Ordering::AcqRel);
         }
@@ -414,11 +433,19 @@ impl GidIndex {
         // which outlives the registration: `stop` runs before the state is dropped.
         unsafe { bindings::ib_register_event_handler(self.handler.get()) };
         self.registered.store(true, Ordering::Release);
-        if self.rescan_pending() != 0 {
-            self.stop();
-            return Err(ENOMEM);
+        self.rescan_pending();
+    }
+
+    /// Tests only: mirrors port `num` or not (the path of IB and iWARP ports, which are not).
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_set_indexed(&self, num: u32, indexed: bool) {
+        for p in self.ports.iter().filter(|p| p.num == num) {
+            p.indexed.store(indexed, Ordering::Release);
         }
-        Ok(())
+        if indexed {
+            // Changes made while it was not mirrored went unscanned: rescan it.
+            self.changed(num);
+        }
     }
 
     /// Stops following the device's GID changes (the client's `remove`). Lookups still work
@@ -451,10 +478,10 @@ impl GidIndex {
         let mut failed = 0;
         for p in self.ports.iter() {
             let want = p.requested.load(Ordering::Acquire);
-            if want == p.done.load(Ordering::Acquire) {
+            if want == p.done.load(Ordering::Acquire) || !p.indexed.load(Ordering::Acquire) {
                 continue;
             }
-            match Snapshot::scan(self.device(), p.num, p.tbl_len) {
+            match Snapshot::scan(self.device(), p.num, p.tbl_len, want) {
                 Ok(snap) => {
                     let cur = p.snapshot.load(Ordering::Acquire);
                     // SAFETY: Snapshots are replaced only under `rescan`, which we hold.
@@ -489,7 +516,15 @@ impl GidIndex {
         key: &GidKey,
         ndev: *mut bindings::net_device,
     ) -> Result<GidAttr> {
+        if !p.indexed.load(Ordering::Acquire) {
+            self.inc(Counter::Unindexed);
+            return upstream_find_by_port(self.device(), key, p.num, ndev);
+        }
         let mut stale = false;
+        let mut snap_gen = 0;
+        // Read before the snapshot: the miss below is trusted only against a snapshot at least
+        // this new (`policy::miss_is_confirmed`).
+        let requested = p.requested.load(Ordering::Acquire);
         // SAFETY: FFI call; paired with the unlock below on every path.
         unsafe { bindings::ibext_shim_rcu_read_lock() };
         let snap = p.snapshot.load(Ordering::Acquire);
@@ -499,6 +534,7 @@ impl GidIndex {
             // SAFETY: A published snapshot is freed only after a grace period that began after
             // it was unpublished; we are inside a read-side critical section.
             let snap = unsafe { &*snap };
+            snap_gen = snap.gen;
             for e in policy::lookup(&snap.entries, &snap.slots, key) {
                 match get_gid_attr(self.device(), p.num, e.index) {
                     Ok(attr) if attr.matches(key, ndev) => {
@@ -518,8 +554,15 @@ impl GidIndex {
         }
         // SAFETY: Paired with the lock above.
         unsafe { bindings::ibext_shim_rcu_read_unlock() };
-        if stale || !p.current() {
+        if !policy::miss_is_confirmed(true, stale, snap_gen, requested) {
             self.inc(Counter::Fallbacks);
+            if snap.is_null() || snap_gen < requested {
+                // A rescan that could not allocate is retried by lookups that need it (queueing
+                // work is allowed in atomic context, and a no-op while it is queued).
+                // SAFETY: `work` is initialized and cancelled by `stop`, after which no lookup
+                // reaches the index (it is unpublished first).
+                unsafe { bindings::ibext_shim_queue_work_unbound(self.work.get()) };
+            }
             return upstream_find_by_port(self.device(), key, p.num, ndev);
         }
         self.inc(Counter::ConfirmedMisses);

@@ -207,6 +207,11 @@ bool ibext_shim_port_valid(struct ib_device *dev, u32 port)
 	return rdma_is_port_valid(dev, port);
 }
 
+bool ibext_shim_port_is_roce(struct ib_device *dev, u32 port)
+{
+	return rdma_protocol_roce(dev, port);
+}
+
 u32 ibext_shim_start_port(struct ib_device *dev)
 {
 	return rdma_start_port(dev);

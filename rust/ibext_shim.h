@@ -67,6 +67,7 @@ struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
 
 /* GID index: static inlines and macros of ib_verbs.h, per-CPU counters. */
 bool ibext_shim_port_valid(struct ib_device *dev, u32 port);
+bool ibext_shim_port_is_roce(struct ib_device *dev, u32 port);
 u32 ibext_shim_start_port(struct ib_device *dev);
 u32 ibext_shim_end_port(struct ib_device *dev);
 u32 ibext_shim_gid_tbl_len(struct ib_device *dev, u32 port);

@@ -183,3 +183,22 @@ fn bitmap_ops() {
     assert_eq!(bitmap_changes(&map, &[]), 4);
     assert_eq!(bitmap_words(0), 0);
 }
+
+#[test]
+fn misses_are_confirmed_only_by_a_current_roce_mirror() {
+    // A RoCE port whose snapshot reflects every event announced before the lookup began.
+    assert!(miss_is_confirmed(true, false, 7, 7));
+    assert!(
+        miss_is_confirmed(true, false, 8, 7),
+        "a newer snapshot is as good"
+    );
+    // The race of issue 14: the lookup loaded the snapshot of event 6 while event 7 was being
+    // rescanned; the rescan finished before the lookup checked. Its own snapshot is older than
+    // what was announced when it began: ask ib_core.
+    assert!(!miss_is_confirmed(true, false, 6, 7));
+    // A candidate that did not confirm, or no snapshot yet (initial scan failed).
+    assert!(!miss_is_confirmed(true, true, 7, 7));
+    // IB and iWARP ports are never mirrored: every miss goes to ib_core.
+    assert!(!miss_is_confirmed(false, false, 7, 7));
+    assert!(!miss_is_confirmed(false, false, u64::MAX, 0));
+}

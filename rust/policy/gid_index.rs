@@ -175,3 +175,23 @@ pub(crate) fn bitmap_changes(a: &[u64], b: &[u64]) -> usize {
         })
         .sum()
 }
+
+/// Whether a lookup that found no confirmed candidate on a port may answer "no such GID"
+/// itself, instead of asking ib_core.
+///
+/// - `indexed`: the port's table is mirrored at all. Only RoCE tables are: ib_core rewrites IB
+///   and iWARP tables (`config_non_roce_gid_cache`) without dispatching `IB_EVENT_GID_CHANGE`,
+///   so a mirror of them would go stale unannounced.
+/// - `stale`: a candidate did not confirm, or there is no snapshot yet.
+/// - `snapshot_gen`: the event count the snapshot the lookup searched reflects.
+/// - `requested_before`: the port's event count, read *before* the snapshot was loaded. A miss
+///   is trusted only against a snapshot at least that new: one loaded before a rescan finished
+///   must not be confirmed by the rescan having finished since.
+pub(crate) fn miss_is_confirmed(
+    indexed: bool,
+    stale: bool,
+    snapshot_gen: u64,
+    requested_before: u64,
+) -> bool {
+    indexed && !stale && snapshot_gen >= requested_before
+}
