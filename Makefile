@@ -40,7 +40,9 @@ kdir = $(KDIR)
 endif
 
 KMAKE = $(MAKE) -C $(KDIR) LLVM=1
-HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT)
+# STRESS=1: a CPU hog on every host core while the guests run (tests must pass so).
+STRESS ?=
+HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) $(if $(STRESS),--stress)
 flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
 .PHONY: all modules setup kernel kernels flavours check run bench host-test \
