@@ -46,7 +46,7 @@ HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) $(if $(S
 flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
 .PHONY: all modules setup kernel kernels flavours check run bench host-test \
-	clippy fmt fmt-check clean
+	clippy fmt fmt-check bindgen-flags clean
 
 all: modules
 
@@ -92,11 +92,15 @@ fmt-check: kernel
 	@$(RUSTFMT) --check $(RUST_ROOTS) >/dev/null || \
 		{ echo "ibext: rustfmt differs; run 'make fmt'"; exit 1; }
 
+# The private bindgen pass filters C flags with a copy of the kernel's list.
+bindgen-flags: kernel
+	@$(TOP)/scripts/check-bindgen-flags.sh $(KDIR)
+
 host-test: setup
 	@mkdir -p $(BUILD)
 	cd host && cargo test 2>&1 | tee $(BUILD)/host-test.log; exit $${PIPESTATUS[0]}
 
-check: fmt-check host-test flavours
+check: fmt-check bindgen-flags host-test flavours
 	$(HARNESS) --mode check --suite "$(SUITE)" --out $(BUILD) \
 		--host-log $(BUILD)/host-test.log \
 		$(foreach f,$(FLAVOURS),$(call flavour_arg,$(f)))
