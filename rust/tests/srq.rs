@@ -546,33 +546,11 @@ impl Fleet {
 
     /// Sends every message, `window` per QP at a time, and waits for every receive.
     fn run(&self, window: u32) -> TestResult {
-        // SAFETY: The PD is live.
-        let lkey = unsafe { bindings::ibext_test_pd_lkey(self.pd.0.as_ptr()) };
         let per_qp = self.rx.per_qp;
         let mut seq = 0;
         while seq < per_qp {
             let n = window.min(per_qp - seq);
-            for (i, qp) in self.qps.iter().enumerate() {
-                let (_, dma) = self.bufs[i];
-                let ctx: *const SendCtx = &*self.sends[i];
-                for k in 0..n {
-                    let at = dma + u64::from(seq + k) * MSG as u64;
-                    // SAFETY: Live QP; the context and buffer outlive the send.
-                    let r = unsafe {
-                        bindings::ibext_test_post_send(
-                            qp.0,
-                            ctx.cast_mut().cast(),
-                            at,
-                            MSG as u32,
-                            lkey,
-                            0,
-                            0,
-                            0,
-                        )
-                    };
-                    kassert_eq!(r, 0, "post_send qp {} seq {}", i, seq + k);
-                }
-            }
+            self.post_range(0, seq..seq + n)?;
             seq += n;
             let want = u64::from(seq);
             let mut waited = 0;
