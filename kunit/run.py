@@ -158,6 +158,7 @@ def boot(args, flavour, kdir, cpio, log_path):
     timed_out = False
     # `make run` shows the guest from /init on; the boot messages stay in the log.
     showing = [args.verbose]
+    clock = SuiteClock(start)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -167,6 +168,7 @@ def boot(args, flavour, kdir, cpio, log_path):
             if chunk:
                 log.write(chunk)
                 log.flush()
+                clock.feed(chunk)
                 if args.mode == "run" and not showing[0] and b"Run /init" in chunk:
                     showing[0] = True
                     chunk = chunk[chunk.index(b"Run /init"):]
@@ -186,7 +188,51 @@ def boot(args, flavour, kdir, cpio, log_path):
                 proc.wait()
                 break
             time.sleep(0.05)
-    return timed_out, time.monotonic() - start
+    return timed_out, time.monotonic() - start, clock.summary()
+
+
+class SuiteClock:
+    """Wall time of each KUnit suite and of the guest's own steps, read off the console as it
+    arrives (the guest's printk has no timestamps), so that slow suites are visible."""
+
+    SUBTEST = re.compile(rb"# Subtest: (ibext_\w+)")
+    SUITE_END = re.compile(rb"^(?:not )?ok \d+ (ibext_\w+)")
+    KUNIT = re.compile(rb"ibext-guest: (begin|end) kunit")
+
+    def __init__(self, start):
+        self.start = start
+        self.partial = b""
+        self.open = {}
+        self.times = []
+        self.guest_steps = 0.0
+        self.kunit_at = None
+
+    def feed(self, chunk):
+        now = time.monotonic()
+        lines = (self.partial + chunk).split(b"\n")
+        self.partial = lines.pop()
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            m = self.SUBTEST.search(line)
+            if m:
+                self.open[m.group(1)] = now
+                continue
+            m = self.SUITE_END.search(line)
+            if m and m.group(1) in self.open:
+                self.times.append((m.group(1).decode(), now - self.open.pop(m.group(1))))
+                continue
+            m = self.KUNIT.search(line)
+            if m:
+                if m.group(1) == b"begin":
+                    self.kunit_at = now
+                    self.guest_steps = now - self.start
+                elif self.kunit_at is not None:
+                    self.kunit_at = None
+
+    def summary(self):
+        parts = [f"boot and guest steps {self.guest_steps:.0f}s"] if self.guest_steps else []
+        parts += [f"{name} {secs:.0f}s" for name, secs in self.times]
+        return ", ".join(parts)
 
 
 class Result:
@@ -528,8 +574,10 @@ def run_guests(args, guests, stamp, total, logs):
         logs.append(log_path)
         print(f"ibext: booting the {flavour} kernel (TCG); "
               f"console log: {log_path}", flush=True)
-        timed_out, secs = boot(args, flavour, kdir, cpio, log_path)
+        timed_out, secs, times = boot(args, flavour, kdir, cpio, log_path)
         res = judge(args, log_path, timed_out)
+        if times:
+            print(f"ibext: {flavour} kernel: time per suite: {times}", flush=True)
         print(f"ibext: {flavour} kernel: {res.passed} passed, {res.failed} failed "
               f"in {secs:.1f}s; console log: {log_path}", flush=True)
         total.passed += res.passed
