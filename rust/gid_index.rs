@@ -456,7 +456,9 @@ impl GidIndex {
             // running.
             unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
         }
-        // SAFETY: `work` is initialized (type invariant); nothing queues it any more.
+        // SAFETY: `work` is initialized (type invariant). Events no longer queue it; a lookup
+        // that falls back may still queue it until the state is unpublished, so `PinnedDrop`
+        // calls `stop` again once no lookup can reach the index, and that cancel is final.
         unsafe { bindings::cancel_work_sync(self.work.get()) };
     }
 
