@@ -25,7 +25,11 @@ SMP ?= 4
 # TCG, more vCPUs than host cores stall vCPUs for milliseconds at random and
 # the numbers measure the host scheduler instead of ibext.
 BENCH_SMP ?= 2
-TIMEOUT ?= 1800
+# A guest is stopped as hung once its console has been silent for STALL
+# seconds (every guest step and KUnit case prints when it ends), and in any
+# case after TIMEOUT seconds; STRESS=1 doubles the latter, not the former.
+STALL ?= 600
+TIMEOUT ?= $(if $(STRESS),3600,1800)
 
 # Kernel flavours: "test" (the fast one) and "debug" (kernel/debug.config).
 # Their directories are deferred (=): the cache key names the toolchain, which
@@ -42,7 +46,8 @@ endif
 KMAKE = $(MAKE) -C $(KDIR) LLVM=1
 # STRESS=1: a CPU hog on every host core while the guests run (tests must pass so).
 STRESS ?=
-HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) $(if $(STRESS),--stress)
+HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) --stall $(STALL) \
+	$(if $(STRESS),--stress)
 flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
 .PHONY: all modules setup kernel kernels flavours check run bench host-test \
@@ -113,7 +118,7 @@ run: flavours
 # last, "bench results: <file>" (one JSON object per case).
 bench: FLAVOURS := $(firstword $(FLAVOURS))
 bench: flavours
-	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --timeout $(TIMEOUT) \
+	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --timeout $(TIMEOUT) --stall $(STALL) \
 		--suite "$(SUITE)" --out $(BUILD) $(call flavour_arg,$(firstword $(FLAVOURS)))
 
 clean:

@@ -155,7 +155,7 @@ def boot(args, flavour, kdir, cpio, log_path):
            "-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
            "-kernel", bzimage, "-initrd", cpio, "-append", " ".join(a for a in append if a)]
     start = time.monotonic()
-    timed_out = False
+    timed_out = None
     # `make run` shows the guest from /init on; the boot messages stay in the log.
     showing = [args.verbose]
     clock = SuiteClock(start)
@@ -182,8 +182,13 @@ def boot(args, flavour, kdir, cpio, log_path):
                     if showing[0]:
                         sys.stdout.buffer.write(rest)
                 break
-            if time.monotonic() - start > args.timeout:
-                timed_out = True
+            now = time.monotonic()
+            if now - start > args.timeout:
+                timed_out = f"timeout after {args.timeout}s"
+            elif now - clock.last_output > args.stall:
+                timed_out = (f"the guest printed nothing for {args.stall}s (a hang); "
+                             f"its last line: {clock.last_line!r}")
+            if timed_out:
                 proc.kill()
                 proc.wait()
                 break
@@ -192,47 +197,85 @@ def boot(args, flavour, kdir, cpio, log_path):
 
 
 class SuiteClock:
-    """Wall time of each KUnit suite and of the guest's own steps, read off the console as it
-    arrives (the guest's printk has no timestamps), so that slow suites are visible."""
+    """Wall time of the boot, of each guest step, of each KUnit suite and of its slowest cases,
+    read off the console as it arrives (the guest's printk has no timestamps), so that slow
+    parts are visible; and when the console last printed, for the hang detector."""
 
     SUBTEST = re.compile(rb"# Subtest: (ibext_\w+)")
     SUITE_END = re.compile(rb"^(?:not )?ok \d+ (ibext_\w+)")
+    CASE_END = re.compile(rb"^    (?:not )?ok \d+ (\w+)")
+    STEP_END = re.compile(rb"ibext-guest: (?:not )?ok \d+ - (.*)$")
     KUNIT = re.compile(rb"ibext-guest: (begin|end) kunit")
+    INIT = b"Run /init"
 
     def __init__(self, start):
         self.start = start
         self.partial = b""
         self.open = {}
         self.times = []
-        self.guest_steps = 0.0
-        self.kunit_at = None
+        self.steps = []
+        self.cases = []
+        self.mark = start
+        self.case_mark = start
+        self.suite = None
+        self.last_output = start
+        self.last_line = ""
+        self.longest_silence = (0.0, "")
 
     def feed(self, chunk):
         now = time.monotonic()
+        silence = now - self.last_output
+        if silence > self.longest_silence[0]:
+            self.longest_silence = (silence, self.last_line)
+        self.last_output = now
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
         for raw in lines:
-            line = raw.rstrip(b"\r")
+            line = TS.sub("", raw.rstrip(b"\r").decode("utf-8", "replace")).encode()
+            if line.strip():
+                self.last_line = line.decode()[:160]
+            if self.INIT in line and not self.steps:
+                self.steps.append(("boot", now - self.mark))
+                self.mark = now
+                continue
             m = self.SUBTEST.search(line)
             if m:
                 self.open[m.group(1)] = now
+                self.suite = m.group(1).decode()
+                self.case_mark = now
                 continue
             m = self.SUITE_END.search(line)
             if m and m.group(1) in self.open:
                 self.times.append((m.group(1).decode(), now - self.open.pop(m.group(1))))
+                self.suite = None
+                continue
+            m = self.CASE_END.search(line)
+            if m and self.suite:
+                self.cases.append((f"{self.suite}.{m.group(1).decode()}", now - self.case_mark))
+                self.case_mark = now
+                continue
+            m = self.STEP_END.search(line)
+            if m:
+                self.steps.append((m.group(1).decode()[:60], now - self.mark))
+                self.mark = now
                 continue
             m = self.KUNIT.search(line)
             if m:
-                if m.group(1) == b"begin":
-                    self.kunit_at = now
-                    self.guest_steps = now - self.start
-                elif self.kunit_at is not None:
-                    self.kunit_at = None
+                # The KUnit module is one step; its suites are timed on their own.
+                self.mark = now
 
     def summary(self):
-        parts = [f"boot and guest steps {self.guest_steps:.0f}s"] if self.guest_steps else []
-        parts += [f"{name} {secs:.0f}s" for name, secs in self.times]
-        return ", ".join(parts)
+        if not self.steps and not self.times:
+            return ""
+        out = ["steps: " + ", ".join(f"{name} {secs:.0f}s" for name, secs in self.steps)]
+        if self.times:
+            out.append("suites: " + ", ".join(f"{name} {secs:.0f}s" for name, secs in self.times))
+        slow = sorted(self.cases, key=lambda c: -c[1])[:5]
+        if slow:
+            out.append("slowest cases: " + ", ".join(f"{n} {s:.0f}s" for n, s in slow))
+        secs, after = self.longest_silence
+        out.append(f"longest silence {secs:.0f}s, after: {after!r}")
+        return "\n    ".join(out)
 
 
 class Result:
@@ -386,7 +429,7 @@ def judge(args, log_path, timed_out):
             if row not in reported and not (row in debug_only and "KASAN" not in raw):
                 res.fail(f"bad-input row {row} was not checked")
     if timed_out:
-        res.fail(f"timeout after {args.timeout}s")
+        res.fail(timed_out)
     if done is None:
         res.fail("guest did not finish (no 'ibext-guest: done')")
     return res
@@ -522,7 +565,10 @@ def main():
     ap.add_argument("--flavour", action="append", required=True,
                     help="NAME:KDIR:BUILDDIR of a kernel flavour to boot (repeatable)")
     ap.add_argument("--smp", type=int, default=4)
-    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--timeout", type=int, default=1800,
+                    help="seconds a guest may run in all")
+    ap.add_argument("--stall", type=int, default=600,
+                    help="seconds the console may stay silent before the guest counts as hung")
     ap.add_argument("--suite", default="")
     ap.add_argument("--out", default=os.path.join(TOP, "build"))
     ap.add_argument("--verbose", action="store_true")
@@ -577,7 +623,7 @@ def run_guests(args, guests, stamp, total, logs):
         timed_out, secs, times = boot(args, flavour, kdir, cpio, log_path)
         res = judge(args, log_path, timed_out)
         if times:
-            print(f"ibext: {flavour} kernel: time per suite: {times}", flush=True)
+            print(f"ibext: {flavour} kernel: wall time per part:\n    {times}", flush=True)
         print(f"ibext: {flavour} kernel: {res.passed} passed, {res.failed} failed "
               f"in {secs:.1f}s; console log: {log_path}", flush=True)
         total.passed += res.passed
