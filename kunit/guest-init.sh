@@ -10,6 +10,7 @@
 #   ibext-guest: ok|not ok <n> - <what>     one guest-side test step
 #   ibext-guest: begin kunit <module>       KTAP of <module> follows
 #   ibext-guest: end kunit <module>
+#   ibext-guest: setup done                 veth, rxe0 and rxe1 are up (timing only)
 #   ibext-guest: done <steps>               the guest finished normally
 
 /bin/busybox --install -s /bin
@@ -289,6 +290,7 @@ run() {
 }
 
 if setup > /tmp/setup.log 2>&1; then
+	log "setup done"
 	case "$MODE" in
 	run) run ;;
 	bench) kunit /ibext/kunit/ibext.ko ;;

@@ -50,6 +50,7 @@ BAD = [
 
 EXPECT = re.compile(r"ibext-test: expected kernel warning (begins|ends): (.*)$")
 TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+GUEST_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
 GUEST = re.compile(r"^ibext-guest: (.*)$")
 
 
@@ -132,7 +133,8 @@ def build_initramfs(args, kdir, bdir):
 def boot(args, flavour, kdir, cpio, log_path):
     bzimage = os.path.join(kdir, "arch", "x86", "boot", "bzImage")
     smp = args.smp
-    append = ["console=ttyS0", "panic=-1", f"ibext.mode={args.mode}", f"ibext.flavour={flavour}"]
+    append = ["console=ttyS0", "panic=-1", "printk.time=1", f"ibext.mode={args.mode}",
+              f"ibext.flavour={flavour}"]
     if flavour == "debug":
         # KASAN and lockdep make every vCPU several times slower under TCG. With more vCPUs
         # than host cores (2), a vCPU can go unscheduled past RCU's 21 s stall timeout and
@@ -207,6 +209,7 @@ class SuiteClock:
     STEP_END = re.compile(rb"ibext-guest: (?:not )?ok \d+ - (.*)$")
     KUNIT = re.compile(rb"ibext-guest: (begin|end) kunit")
     INIT = b"Run /init"
+    SETUP = b"ibext-guest: setup done"
 
     def __init__(self, start):
         self.start = start
@@ -215,23 +218,29 @@ class SuiteClock:
         self.times = []
         self.steps = []
         self.cases = []
-        self.mark = start
-        self.case_mark = start
+        # Marks are seconds since the guest booted (its printk clock), or since `start`.
+        self.mark = 0.0
+        self.case_mark = 0.0
         self.suite = None
         self.last_output = start
         self.last_line = ""
         self.longest_silence = (0.0, "")
 
     def feed(self, chunk):
-        now = time.monotonic()
-        silence = now - self.last_output
+        host_now = time.monotonic()
+        silence = host_now - self.last_output
         if silence > self.longest_silence[0]:
             self.longest_silence = (silence, self.last_line)
-        self.last_output = now
+        self.last_output = host_now
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
         for raw in lines:
-            line = TS.sub("", raw.rstrip(b"\r").decode("utf-8", "replace")).encode()
+            text = raw.rstrip(b"\r").decode("utf-8", "replace")
+            # The guest's own clock (printk.time=1) where the line has it: the console can
+            # lag behind the kernel, so the host's arrival time is only the fallback.
+            ts = GUEST_TS.match(text)
+            now = float(ts.group(1)) if ts else host_now - self.start
+            line = TS.sub("", text).encode()
             if line.strip():
                 self.last_line = line.decode()[:160]
             if self.INIT in line and not self.steps:
@@ -253,6 +262,10 @@ class SuiteClock:
             if m and self.suite:
                 self.cases.append((f"{self.suite}.{m.group(1).decode()}", now - self.case_mark))
                 self.case_mark = now
+                continue
+            if self.SETUP in line:
+                self.steps.append(("guest setup (veth, 994 GIDs, rxe0, rxe1)", now - self.mark))
+                self.mark = now
                 continue
             m = self.STEP_END.search(line)
             if m:
