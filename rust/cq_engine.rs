@@ -6,11 +6,12 @@
 //! held and interrupts off, so it only schedules: `irq_poll` for `IB_POLL_SOFTIRQ`, a work item
 //! on ibext's own workqueues for the two workqueue contexts.
 //!
-//! A poll pass polls in batches of [`POLL_BATCH`] and hands each completion to its
-//! `wr_cqe->done`, up to the context's budget. A pass that ends under budget re-arms with
-//! `IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS` and schedules another pass if completions were
-//! missed: the race-free loop from the IB/srp thread. A pass that uses its whole budget stays in
-//! polling mode without re-arming, so the engine moves into polling as load rises.
+//! What a poll pass does, and in which order, is `policy::engine::run_pass`, pure code that the
+//! host tests drive with a fake CQ; this file implements its `Cq` trait for a pooled CQ
+//! ([`Poller`]): `ib_poll_cq` in batches of [`POLL_BATCH`] with every completion handed to its
+//! `wr_cqe->done`, up to the context's budget; `IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS`
+//! re-arms (another pass if completions were missed: the race-free loop from the IB/srp thread);
+//! and staying in polling mode without re-arming after a pass that used its whole budget.
 //!
 //! Moderation (`policy::moderation`): with DIM, every pass feeds `rdma_dim()` one sample;
 //! a new profile goes to the device's `modify_cq` where it has one, and otherwise is applied in
@@ -26,7 +27,10 @@ use crate::{
     bindings, dim,
     ib::Device,
     ledger::{Kind, Token},
-    policy::moderation::{self, ModState, Moderation, Pass, PassEnd},
+    policy::{
+        engine::{self, PassStats},
+        moderation::{ModState, Moderation},
+    },
     warn::warn_on_once,
 };
 use core::{
@@ -39,7 +43,7 @@ use core::{
 use kernel::{error::from_err_ptr, ffi::c_int, prelude::*, types::Opaque};
 
 /// Completions polled per `ib_poll_cq` call (upstream `IB_POLL_BATCH`).
-pub(crate) const POLL_BATCH: usize = 16;
+pub(crate) const POLL_BATCH: usize = engine::POLL_BATCH as usize;
 /// Completions per pass in softirq context (upstream `IB_POLL_BUDGET_IRQ`).
 pub(crate) const BUDGET_SOFTIRQ: u32 = 256;
 /// Completions per pass in workqueue context (upstream `IB_POLL_BUDGET_WORKQUEUE`).
@@ -191,6 +195,27 @@ pub(crate) struct CqStats {
     pub(crate) hw_applied: AtomicU64,
     /// DIM profiles the device's `modify_cq` refused (software moderation took over).
     pub(crate) hw_refused: AtomicU64,
+    /// Re-arms that reported missed completions (another pass followed at once).
+    pub(crate) missed_at_rearm: AtomicU64,
+}
+
+impl CqStats {
+    /// Adds one pass's counters. Only the poller writes these (one pass at a time), so a load
+    /// and a store suffice: no read-modify-write on the completion path; readers see whole
+    /// values.
+    fn add_pass(&self, p: &PassStats) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n != 0 {
+                c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+            }
+        };
+        add(&self.passes, p.passes);
+        add(&self.completions, p.completions);
+        add(&self.budget_exhausted, p.budget_exhausted);
+        add(&self.samples, p.samples);
+        add(&self.mode_switches, p.mode_switches);
+        add(&self.missed_at_rearm, p.missed_at_rearm);
+    }
 }
 
 /// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
@@ -223,6 +248,8 @@ pub(crate) struct CqSnapshot {
     pub(crate) hw_applied: u64,
     /// See [`CqStats::hw_refused`].
     pub(crate) hw_refused: u64,
+    /// See [`CqStats::missed_at_rearm`].
+    pub(crate) missed_at_rearm: u64,
     /// Whether the device moderates the CQ's events itself now.
     pub(crate) hw_moderation: bool,
     /// The DIM profile index now.
@@ -328,6 +355,7 @@ impl CqEngine {
             mode_switches: get(&st.mode_switches),
             hw_applied: get(&st.hw_applied),
             hw_refused: get(&st.hw_refused),
+            missed_at_rearm: get(&st.missed_at_rearm),
             hw_moderation: self.hw_moderation.load(Ordering::Relaxed),
             profile_ix: self.profile_ix(),
         }
@@ -338,68 +366,19 @@ impl CqEngine {
         dim::profile_ix(&self.dim)
     }
 
-    /// Feeds DIM one sample for a finished pass and decides what follows it (`None`: the pass
-    /// used its budget; the caller keeps polling).
-    ///
-    /// # Safety
-    ///
-    /// Must be called by the engine's poller only.
-    unsafe fn end_pass(&self, completed: u32, budget: u32) -> Option<PassEnd> {
-        let exhausted = completed >= budget;
-        if exhausted {
-            self.stats.budget_exhausted.fetch_add(1, Ordering::Relaxed);
-        }
-        if self.moderation == Moderation::None {
-            return (!exhausted).then_some(PassEnd::Rearm);
-        }
-        // As upstream's `ib_poll_handler`: one sample per pass.
-        // SAFETY: Only the poller calls `rdma_dim()` (type invariant).
-        unsafe { bindings::rdma_dim(self.dim.get(), u64::from(completed)) };
-        self.stats.samples.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: Only the poller touches `modstate` (type invariant).
-        let st = unsafe { &mut *self.modstate.get() };
-        let before = st.switches;
-        let end = moderation::end_of_pass(
-            self.moderation,
-            st,
-            Pass {
-                completed,
-                exhausted,
-                budget,
-                profile_ix: self.profile_ix(),
-                hw_moderation: self.hw_moderation.load(Ordering::Acquire),
-            },
-        );
-        if st.switches != before {
-            self.stats
-                .mode_switches
-                .fetch_add(st.switches - before, Ordering::Relaxed);
-        }
-        end
-    }
-
-    /// Carries out what follows a pass that stayed under budget.
-    fn after_pass(&self, end: PassEnd) {
-        match end {
-            PassEnd::Rearm => {
-                if self.rearm() {
-                    self.schedule();
-                }
-            }
-            PassEnd::Poll => self.schedule(),
-            PassEnd::Defer { usec } => {
-                self.stats
-                    .deferred_asked_us
-                    .fetch_add(usec.into(), Ordering::Relaxed);
-                // Stored before the timer is started, so before its callback reads it.
-                // SAFETY: FFI call without preconditions.
-                let now = unsafe { bindings::ktime_get() };
-                self.timer_started.store(now as u64, Ordering::Release);
-                // SAFETY: `timer` was initialized in `create` and is cancelled before the
-                // engine goes.
-                unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec.into()) };
-            }
-        }
+    /// Starts the software-moderation timer: the next pass in `usec` microseconds.
+    fn defer(&self, usec: u16) {
+        self.stats
+            .deferred_asked_us
+            .fetch_add(usec.into(), Ordering::Relaxed);
+        // Stored before the timer is started, so before its callback reads it.
+        // SAFETY: FFI call without preconditions.
+        let now = unsafe { bindings::ktime_get() };
+        self.timer_started.store(now as u64, Ordering::Release);
+        // SAFETY: `timer` was initialized in `create` and is cancelled before the engine goes.
+        // A timer still pending (a pass that a completion event started while a deferral was
+        // due) is moved to the new expiry.
+        unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec.into()) };
     }
 
     /// The software-moderation timer: poll again.
@@ -455,52 +434,31 @@ impl CqEngine {
             .fetch_max(u64::from(ix), Ordering::Relaxed);
     }
 
-    /// Polls up to `budget` completions and dispatches them; returns how many.
+    /// Runs one poll pass of at most `budget` completions (`policy::engine::run_pass`);
+    /// returns how many it handled.
     ///
     /// # Safety
     ///
-    /// Must be called by the engine's poller only (see the type invariants), with the CQ alive.
-    unsafe fn process(&self, budget: u32) -> u32 {
+    /// Must be called by the engine's poller only (see the type invariants), with the CQ alive;
+    /// `iop` is true when called as irq_poll's poll function.
+    unsafe fn pass(&self, budget: u32, iop: bool) -> u32 {
         // Handlers run inside the engine's SRCU section, so that their owners can wait for them
         // (`wait_for_dispatch`) in any poll context, also where handlers sleep.
         // SAFETY: FFI call; paired with the exit below.
         let idx = unsafe { bindings::ibext_shim_handlers_enter() };
-        // SAFETY: The caller's contract.
-        let completed = unsafe { self.process_locked(budget) };
+        let mut poller = Poller {
+            engine: self,
+            cq: self.cq(),
+            iop,
+        };
+        let mut stats = PassStats::default();
+        // SAFETY: Only the poller touches `modstate` (type invariant), and we are the poller.
+        let st = unsafe { &mut *self.modstate.get() };
+        let report = engine::run_pass(&mut poller, self.moderation, st, budget, &mut stats);
+        self.stats.add_pass(&stats);
         // SAFETY: Paired with the enter above.
         unsafe { bindings::ibext_shim_handlers_exit(idx) };
-        completed
-    }
-
-    /// [`CqEngine::process`], inside the SRCU section.
-    ///
-    /// # Safety
-    ///
-    /// As for [`CqEngine::process`].
-    unsafe fn process_locked(&self, budget: u32) -> u32 {
-        let cq = self.cq();
-        let wcs = self.wc.get().cast::<bindings::ib_wc>();
-        let mut completed = 0u32;
-        while completed < budget {
-            let want = (budget - completed).min(POLL_BATCH as u32);
-            // SAFETY: `cq` is alive (caller contract) and `wcs` holds `POLL_BATCH >= want`
-            // entries that only this poller uses.
-            let n = unsafe { bindings::ibext_shim_poll_cq(cq, want as c_int, wcs) };
-            let Ok(n) = u32::try_from(n) else { break };
-            for i in 0..n as usize {
-                // SAFETY: `ib_poll_cq` filled entries `0..n` and `i < n <= POLL_BATCH`.
-                unsafe { dispatch(cq, wcs.add(i)) };
-            }
-            completed += n;
-            if n < want {
-                break;
-            }
-        }
-        self.stats.passes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .completions
-            .fetch_add(u64::from(completed), Ordering::Relaxed);
-        completed
+        report.completed
     }
 
     /// Schedules a poll pass in the CQ's context.
@@ -615,16 +573,10 @@ impl CqEngine {
         // SAFETY: `iop` is the `iop` field of an engine (`Opaque` is transparent).
         let engine = unsafe { &*kernel::container_of!(iop, Self, iop) };
         let budget = u32::try_from(budget).unwrap_or(0);
-        // SAFETY: irq_poll runs one poll of this `iop` at a time: we are the poller.
-        let done = unsafe { engine.process(budget) };
-        // SAFETY: As above.
-        if let Some(end) = unsafe { engine.end_pass(done, budget) } {
-            // SAFETY: We are the poll function of `iop`.
-            unsafe { bindings::irq_poll_complete(iop) };
-            engine.after_pass(end);
-        }
-        // Otherwise irq_poll keeps us on its list: polling mode.
-        done as c_int
+        // SAFETY: irq_poll runs one poll of this `iop` at a time: we are the poller. A pass that
+        // returns its whole budget stays on irq_poll's list (`irq_poll_softirq`): polling mode.
+        let done = unsafe { engine.pass(budget, true) };
+        c_int::try_from(done).unwrap_or(c_int::MAX)
     }
 
     /// The work function of the workqueue contexts.
@@ -636,13 +588,7 @@ impl CqEngine {
         // SAFETY: `work` is the `work` field of an engine (`Opaque` is transparent).
         let engine = unsafe { &*kernel::container_of!(work, Self, work) };
         // SAFETY: A work item does not run concurrently with itself: we are the poller.
-        let done = unsafe { engine.process(BUDGET_WORKQUEUE) };
-        // SAFETY: As above.
-        match unsafe { engine.end_pass(done, BUDGET_WORKQUEUE) } {
-            Some(end) => engine.after_pass(end),
-            // Polling mode: requeue without re-arming.
-            None => engine.schedule(),
-        }
+        unsafe { engine.pass(BUDGET_WORKQUEUE, false) };
     }
 
     /// Makes a CQ of at least `nr_cqe` entries on `vector`, polled in `ctx` and moderated by
@@ -727,6 +673,76 @@ impl CqEngine {
             bindings::ibext_shim_req_notify_cq(cq, bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP)
         };
         Ok(owned)
+    }
+}
+
+/// [`CqEngine::pass`]'s view of the CQ, for `policy::engine::run_pass`.
+///
+/// # Invariants
+///
+/// Exists only inside [`CqEngine::pass`]: made by the engine's poller, with `cq` the engine's
+/// live CQ; `iop` says whether the poller is irq_poll's poll function.
+struct Poller<'a> {
+    engine: &'a CqEngine,
+    cq: *mut bindings::ib_cq,
+    iop: bool,
+}
+
+impl engine::Cq for Poller<'_> {
+    fn poll(&mut self, max: u32) -> u32 {
+        let wcs = self.engine.wc.get().cast::<bindings::ib_wc>();
+        let want = max.min(engine::POLL_BATCH) as c_int;
+        // SAFETY: `cq` is alive and `wcs` holds `POLL_BATCH >= want` entries that only this
+        // poller uses (type invariants).
+        let n = unsafe { bindings::ibext_shim_poll_cq(self.cq, want, wcs) };
+        // A negative return is an error of the driver's; the pass ends as if the CQ were empty.
+        let n = u32::try_from(n).unwrap_or(0).min(want as u32);
+        for i in 0..n as usize {
+            // SAFETY: `ib_poll_cq` filled entries `0..n`, and `i < n <= POLL_BATCH`.
+            unsafe { dispatch(self.cq, wcs.add(i)) };
+        }
+        n
+    }
+
+    fn rearm(&mut self) -> bool {
+        self.engine.rearm()
+    }
+
+    fn schedule(&mut self) {
+        self.engine.schedule();
+    }
+
+    fn defer(&mut self, usec: u16) {
+        self.engine.defer(usec);
+    }
+
+    fn dim_sample(&mut self, completed: u32) {
+        // As upstream's `ib_poll_handler`: one sample per pass.
+        // SAFETY: Only the poller calls `rdma_dim()` (`CqEngine`'s invariants).
+        unsafe { bindings::rdma_dim(self.engine.dim.get(), u64::from(completed)) };
+    }
+
+    fn profile_ix(&self) -> u8 {
+        self.engine.profile_ix()
+    }
+
+    fn hw_moderation(&self) -> bool {
+        self.engine.hw_moderation.load(Ordering::Acquire)
+    }
+
+    fn leave_poll_list(&mut self) {
+        if self.iop {
+            // SAFETY: We are the poll function of the engine's `iop` (type invariant).
+            unsafe { bindings::irq_poll_complete(self.engine.iop.get()) };
+        }
+    }
+
+    fn keep_polling(&mut self) {
+        // irq_poll keeps a poll function that used its budget on its list; a work item
+        // requeues itself without re-arming.
+        if !self.iop {
+            self.engine.schedule();
+        }
     }
 }
 

@@ -297,7 +297,7 @@ impl CqPool {
                 "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
                  moderation {} profile {} profile_max {} profile_changes {} samples {} \
                  deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {} \
-                 moderated_by {} hw_applied {} hw_refused {}",
+                 moderated_by {} hw_applied {} hw_refused {} missed_at_rearm {}",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
@@ -318,6 +318,7 @@ impl CqPool {
                 if st.hw_moderation { "device" } else { "ibext" },
                 st.hw_applied,
                 st.hw_refused,
+                st.missed_at_rearm,
             )?;
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! Host tests of the policy code, with a small deterministic PRNG for randomized sequences.
 
 mod cq_pool;
+mod engine;
 mod gid_index;
 mod moderation;
 mod srq_pool;

@@ -7,6 +7,7 @@
 //! `core` only. The kernel side reaches ib_core; this side only decides.
 
 pub(crate) mod cq_pool;
+pub(crate) mod engine;
 pub(crate) mod gid_index;
 pub(crate) mod moderation;
 pub(crate) mod srq_pool;

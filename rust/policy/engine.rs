@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The completion engine's poll pass, as pure code over [`Cq`].
+//!
+//! `rust/cq_engine.rs` implements [`Cq`] for a pooled CQ (ib_core's `ib_poll_cq`, the CQ's
+//! `wr_cqe->done` callbacks, `ib_req_notify_cq`, irq_poll or ibext's workqueues, an hrtimer and
+//! lib/dim); the host tests implement it for a fake CQ. What a pass does, and in which order, is
+//! decided here only:
+//!
+//! 1. poll in batches of [`POLL_BATCH`] up to the budget, handing every completion on;
+//! 2. with moderation, feed DIM one sample for the pass (as upstream's `ib_poll_handler`);
+//! 3. let [`end_of_pass`] decide what follows: nothing (the budget was used: stay in polling
+//!    mode, without re-arming), or, after leaving the poll list, a re-arm with
+//!    `IB_CQ_REPORT_MISSED_EVENTS` that schedules another pass if completions were missed (the
+//!    race-free loop from the IB/srp thread), an immediate pass, or a deferred one.
+//!
+//! The counters a pass keeps are the poller's own (one poller per CQ at a time), so the kernel
+//! side may store them without read-modify-write atomics.
+
+use super::moderation::{end_of_pass, ModState, Moderation, Pass, PassEnd};
+
+/// Completions polled per `ib_poll_cq` call (upstream `IB_POLL_BATCH`).
+pub(crate) const POLL_BATCH: u32 = 16;
+
+/// What the engine asks of a CQ and its poll context.
+///
+/// Every method is called by the CQ's poller only, one pass at a time.
+pub(crate) trait Cq {
+    /// Polls at most `max` (at most [`POLL_BATCH`]) completions and hands each to its
+    /// consumer; returns how many.
+    fn poll(&mut self, max: u32) -> u32;
+    /// Arms the CQ for the next completion; returns whether completions may have arrived
+    /// unreported since the last poll (`IB_CQ_REPORT_MISSED_EVENTS`).
+    fn rearm(&mut self) -> bool;
+    /// Schedules another pass in the CQ's context.
+    fn schedule(&mut self);
+    /// Schedules another pass after `usec` microseconds (software moderation).
+    fn defer(&mut self, usec: u16);
+    /// Feeds DIM one sample: a pass that handled `completed` completions.
+    fn dim_sample(&mut self, completed: u32);
+    /// The DIM profile index now.
+    fn profile_ix(&self) -> u8;
+    /// Whether the device applies DIM profiles itself (`modify_cq`).
+    fn hw_moderation(&self) -> bool;
+    /// The pass leaves the context's poll list (irq_poll's `irq_poll_complete`); called before
+    /// the CQ is re-armed or another pass is scheduled.
+    fn leave_poll_list(&mut self);
+    /// The pass used its budget: the context keeps polling (irq_poll keeps the CQ on its list;
+    /// a work item requeues itself).
+    fn keep_polling(&mut self);
+}
+
+/// The poller's counters, in the order of [`PassStats::ALL`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PassStats {
+    /// Poll passes.
+    pub(crate) passes: u64,
+    /// Completions handed on.
+    pub(crate) completions: u64,
+    /// Passes that used their whole budget and stayed in polling mode.
+    pub(crate) budget_exhausted: u64,
+    /// DIM samples (one per pass with moderation).
+    pub(crate) samples: u64,
+    /// Adaptive mode: switches between interrupt and polling mode.
+    pub(crate) mode_switches: u64,
+    /// Re-arms that reported missed completions, so another pass was scheduled at once.
+    pub(crate) missed_at_rearm: u64,
+}
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PassReport {
+    /// Completions handed on.
+    pub(crate) completed: u32,
+    /// What followed: `None` when the budget was used and the context keeps polling.
+    pub(crate) end: Option<PassEnd>,
+}
+
+/// Runs one pass of at most `budget` completions on `cq` (see the file comment).
+pub(crate) fn run_pass<C: Cq>(
+    cq: &mut C,
+    mode: Moderation,
+    st: &mut ModState,
+    budget: u32,
+    stats: &mut PassStats,
+) -> PassReport {
+    let mut completed = 0u32;
+    while completed < budget {
+        let want = (budget - completed).min(POLL_BATCH);
+        // A CQ that reports more than it was asked for is a driver bug: never count past
+        // `want`, so the budget holds.
+        let n = cq.poll(want).min(want);
+        completed += n;
+        if n < want {
+            break;
+        }
+    }
+    stats.passes += 1;
+    stats.completions += u64::from(completed);
+    let exhausted = completed >= budget;
+    if exhausted {
+        stats.budget_exhausted += 1;
+    }
+    let end = if mode == Moderation::None {
+        (!exhausted).then_some(PassEnd::Rearm)
+    } else {
+        cq.dim_sample(completed);
+        stats.samples += 1;
+        let before = st.switches;
+        let end = end_of_pass(
+            mode,
+            st,
+            Pass {
+                completed,
+                exhausted,
+                budget,
+                profile_ix: cq.profile_ix(),
+                hw_moderation: cq.hw_moderation(),
+            },
+        );
+        stats.mode_switches += st.switches - before;
+        end
+    };
+    match end {
+        None => cq.keep_polling(),
+        Some(e) => {
+            cq.leave_poll_list();
+            match e {
+                PassEnd::Rearm => {
+                    if cq.rearm() {
+                        stats.missed_at_rearm += 1;
+                        cq.schedule();
+                    }
+                }
+                PassEnd::Poll => cq.schedule(),
+                PassEnd::Defer { usec } => cq.defer(usec),
+            }
+        }
+    }
+    PassReport { completed, end }
+}
