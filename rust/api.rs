@@ -190,7 +190,27 @@ fn find_gid(
         gid: unsafe { (*gid).raw },
         gid_type,
     };
-    gid_index::find(dev, &key, port, ndev)
+    gid_find(dev, &key, port, ndev)
+}
+
+/// Finds `key` on `dev`: on `port`, or on every port in order (`None`). The checked form of
+/// `ibext_find_gid`/`ibext_find_gid_by_port`: `port`, if given, is valid.
+///
+/// On a device ibext is not attached to (its `add` failed), ib_core's own search answers.
+pub(crate) fn gid_find(
+    dev: &Device,
+    key: &GidKey,
+    port: Option<u32>,
+    ndev: *mut bindings::net_device,
+) -> Result<GidAttr> {
+    // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
+    if let Some(r) = client::with_device_state(dev, |s| s.gid_index().find(key, port, ndev)) {
+        return r;
+    }
+    match port {
+        Some(p) => gid_index::upstream_find_by_port(dev, key, p, ndev),
+        None => gid_index::upstream_find(dev, key, ndev),
+    }
 }
 
 /// C entry point of `ibext_find_gid()`; see `include/rdma/ibext.h`.

@@ -625,27 +625,6 @@ impl PinnedDrop for GidIndex {
     }
 }
 
-/// Finds `key` on `dev`: on `port`, or on every port in order (`None`). The checked form of
-/// `ibext_find_gid`/`ibext_find_gid_by_port`: `port`, if given, is valid.
-///
-/// On a device ibext is not attached to (its `add` failed), ib_core's own search answers.
-pub(crate) fn find(
-    dev: &Device,
-    key: &GidKey,
-    port: Option<u32>,
-    ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
-    // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
-    if let Some(r) = crate::client::with_device_state(dev, |s| s.gid_index().find(key, port, ndev))
-    {
-        return r;
-    }
-    match port {
-        Some(p) => upstream_find_by_port(dev, key, p, ndev),
-        None => upstream_find(dev, key, ndev),
-    }
-}
-
 /// ib_core's own search of every port: `rdma_find_gid`.
 pub(crate) fn upstream_find(
     dev: &Device,

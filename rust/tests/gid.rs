@@ -9,7 +9,7 @@
 
 use super::guest::{msleep, required, run, wait_for, DeviceRef};
 use crate::{
-    api::{ibext_find_gid, ibext_find_gid_by_port},
+    api::{self, ibext_find_gid, ibext_find_gid_by_port},
     bindings,
     client::device_state,
     device::DeviceState,
@@ -103,11 +103,11 @@ fn found(r: Result<GidAttr>) -> Found {
 
 /// Compares ibext with ib_core for `key` on `dev`: every port and each port, with `ndev` or any.
 fn compare(dev: &Device, key: &GidKey, ndev: *mut bindings::net_device) -> TestResult {
-    let ours = found(gid_index::find(dev, key, None, ndev));
+    let ours = found(api::gid_find(dev, key, None, ndev));
     let theirs = found(gid_index::upstream_find(dev, key, ndev));
     kassert_eq!(ours, theirs, "rdma_find_gid of {:?}", key);
     for p in ports(dev) {
-        let ours = found(gid_index::find(dev, key, Some(p), ndev));
+        let ours = found(api::gid_find(dev, key, Some(p), ndev));
         let theirs = found(gid_index::upstream_find_by_port(dev, key, p, ndev));
         kassert_eq!(ours, theirs, "rdma_find_gid_by_port {} of {:?}", p, key);
     }
@@ -249,10 +249,7 @@ fn all_addrs(
                 gid: addr_gid(net, h),
                 gid_type: t,
             };
-            if !pred(
-                gid_index::find(dev, &key, None, core::ptr::null_mut()),
-                &key,
-            ) {
+            if !pred(api::gid_find(dev, &key, None, core::ptr::null_mut()), &key) {
                 return false;
             }
         }
@@ -409,7 +406,7 @@ fn look(dev: &Device, net: u16, hosts: u16, seed: u32, stop: &AtomicBool, tally:
             unsafe { bindings::ibext_shim_rcu_read_lock() };
         }
         let port = if seed % 2 == 0 { None } else { Some(1) };
-        let r = gid_index::find(dev, &key, port, core::ptr::null_mut());
+        let r = api::gid_find(dev, &key, port, core::ptr::null_mut());
         if atomic {
             // SAFETY: Paired with the lock above.
             unsafe { bindings::ibext_shim_rcu_read_unlock() };
