@@ -81,7 +81,7 @@ impl Slot for PoolSlot {
 impl PoolSlot {
     /// Returns the CQ, or null once destroyed.
     fn raw(&self) -> *mut bindings::ib_cq {
-        self.cq.as_ref().map_or(core::ptr::null_mut(), OwnedCq::cq)
+        self.cq.as_ref().map_or(core::ptr::null_mut(), OwnedCq::raw)
     }
 
     /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
@@ -187,10 +187,9 @@ impl CqPool {
     ) -> Result<KBox<CqSet>> {
         let mut slots = KVec::with_capacity(vectors as usize, GFP_KERNEL)?;
         for vector in 0..vectors {
-            let cq = CqEngine::create(dev, cqe, vector, self.ctx, self.moderation, owner)?;
-            // SAFETY: The CQ was just made; drivers round its size up, so read what it has.
-            let real = unsafe { (*cq.cq()).cqe };
-            let capacity = u32::try_from(real).unwrap_or(0).max(cqe);
+            let cq = CqEngine::new_pooled(dev, cqe, vector, self.ctx, self.moderation, owner)?;
+            // Drivers round the size up, so use what the CQ has.
+            let capacity = cq.get().map_or(0, CqEngine::cqe).max(cqe);
             // Within the capacity reserved above: no allocation.
             slots.push(
                 PoolSlot {
@@ -288,7 +287,7 @@ impl CqPool {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         let inner = self.inner.lock();
         for slot in inner.slots() {
-            let Some(e) = slot.cq.as_ref().and_then(OwnedCq::engine) else {
+            let Some(e) = slot.cq.as_ref().and_then(OwnedCq::get) else {
                 continue;
             };
             let st = e.snapshot();
@@ -458,9 +457,7 @@ impl CqPools {
     )]
     pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqSnapshot> {
         self.with_slot(cq, |s| {
-            s.cq.as_ref()
-                .and_then(OwnedCq::engine)
-                .map(CqEngine::snapshot)
+            s.cq.as_ref().and_then(OwnedCq::get).map(CqEngine::snapshot)
         })
         .flatten()
     }

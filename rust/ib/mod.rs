@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Thin views of ib_core objects.
+//! Thin views of ib_core objects, and the kernel services ibext builds on.
 //!
-//! Only this file and the other wrapper files (`client.rs`, `debugfs.rs`) touch ib_core through
-//! raw pointers; policy code works on these views.
+//! `rust/ib/` holds the typed wrappers through which the feature files reach ib_core and the
+//! kernel: this file (devices, device references, RCU, lockdep classes, work item
+//! initialization) and [`cq`] (a CQ that ibext polls itself). Files that still call
+//! `bindings::` directly outside it (`client.rs`, `debugfs.rs`, `dim.rs`, and the feature files
+//! listed in Documentation/ibext.rst) are moving here.
+
+pub(crate) mod cq;
 
 use crate::bindings;
 use kernel::{str::CStr, types::Opaque};
