@@ -175,7 +175,7 @@ bool ibext_shim_cq_is_pooled(struct ib_cq *cq)
  * INIT_WORK() expands one static lock_class_key per expansion, so a single
  * wrapper would give every ibext work item one lockdep class.  The caller
  * passes a key of its own instead (one static per Rust call site, see
- * init_work! in rust/ib.rs), as the kernel's own Rust workqueue does.
+ * init_work! in rust/ib/mod.rs), as the kernel's own Rust workqueue does.
  */
 void ibext_shim_init_work(struct work_struct *work, work_func_t func,
 			  const char *name, struct lock_class_key *key)
