@@ -11,7 +11,7 @@ use crate::{
     cq_engine::PollCtx,
     device::DeviceState,
     gid_index::{self, GidAttr},
-    ib::Device,
+    ib::{cq::UlpCq, Device},
     legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
     srq_pool::{self, SrqPool},
@@ -366,7 +366,7 @@ pub(crate) unsafe extern "C" fn ibext_dim_attach(cq: *mut bindings::ib_cq) -> c_
         return EINVAL.to_errno();
     }
     // SAFETY: `cq` is a live CQ the caller owns (the C contract).
-    match unsafe { legacy_dim::attach(cq) } {
+    match legacy_dim::attach(unsafe { UlpCq::from_raw(cq) }) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     }
@@ -383,7 +383,7 @@ pub(crate) unsafe extern "C" fn ibext_dim_sample(cq: *mut bindings::ib_cq, ncomp
         return;
     }
     // SAFETY: The C contract.
-    unsafe { legacy_dim::sample(cq, ncompleted) };
+    legacy_dim::sample(unsafe { UlpCq::from_raw(cq) }, ncompleted);
 }
 
 /// C entry point of `ibext_dim_detach()`; see `include/rdma/ibext.h`.
@@ -397,7 +397,7 @@ pub(crate) unsafe extern "C" fn ibext_dim_detach(cq: *mut bindings::ib_cq) {
         return;
     }
     // SAFETY: The C contract.
-    unsafe { legacy_dim::detach(cq) };
+    legacy_dim::detach(unsafe { UlpCq::from_raw(cq) });
 }
 
 /// C entry point of `ibext_dim_profile()`; see `include/rdma/ibext.h`.
@@ -415,7 +415,7 @@ pub(crate) unsafe extern "C" fn ibext_dim_profile(
         return EINVAL.to_errno();
     }
     // SAFETY: `cq` is live (the C contract).
-    match unsafe { legacy_dim::profile(cq) } {
+    match legacy_dim::profile(unsafe { UlpCq::from_raw(cq) }) {
         Ok((u, c)) => {
             // SAFETY: Both are valid for writes (the C contract).
             unsafe {

@@ -21,10 +21,9 @@
 //!   mode switches between interrupt mode and polling mode.
 
 use crate::{
-    dim,
     ib::{
         cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
-        Device,
+        dim, Device,
     },
     ledger::{Kind, Token},
     policy::{

@@ -18,7 +18,6 @@ mod cq_engine;
 mod cq_pool;
 mod debugfs;
 mod device;
-mod dim;
 mod gid_index;
 mod ib;
 mod ledger;

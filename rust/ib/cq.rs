@@ -18,8 +18,8 @@
 //!   and only then destroys the CQ and frees the memory its callbacks use.
 
 use crate::{
-    bindings, dim,
-    ib::{init_work, Device, LockClass},
+    bindings,
+    ib::{dim, init_work, Device, LockClass},
     policy::engine,
     warn::warn_on_once,
 };
@@ -651,6 +651,67 @@ impl<H: Handler> Drop for OwnedPolledCq<H> {
             // SAFETY: The CQ is alive again for ib_core's purposes; restore the mark.
             unsafe { bindings::ibext_shim_cq_set_pooled(cq, true) };
             core::mem::forget(this);
+        }
+    }
+}
+
+/// A CQ that a ULP made itself (`ib_create_cq`) and polls itself, as ibext's DIM for legacy
+/// ULPs (`legacy_dim.rs`) sees it.
+///
+/// # Invariants
+///
+/// For the lifetime of a `&UlpCq`, the CQ is alive, and the ULP's contract for `ibext_dim_*`
+/// holds: it samples from one context at a time, and does not detach ibext's DIM while it
+/// samples or reads the profile.
+#[repr(transparent)]
+pub(crate) struct UlpCq(Opaque<bindings::ib_cq>);
+
+// SAFETY: A `&UlpCq` gives only reads of fields fixed at creation, and the DIM entry points,
+// whose concurrency the type invariant describes.
+unsafe impl Sync for UlpCq {}
+
+impl UlpCq {
+    /// Returns the view of `cq`.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is a live CQ for `'a`, and the caller keeps the ULP's contract (type invariants).
+    pub(crate) unsafe fn from_raw<'a>(cq: *mut bindings::ib_cq) -> &'a Self {
+        // SAFETY: `UlpCq` is a transparent wrapper of `ib_cq`; the caller's guarantee.
+        unsafe { &*cq.cast::<Self>() }
+    }
+
+    /// Returns the CQ, for ib_core calls.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.0.get()
+    }
+
+    /// Returns the CQ's device.
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: A live CQ's device is registered at least as long as the CQ exists (ib_core
+        // destroys a device's CQs, through their owners, before it unregisters it).
+        unsafe { Device::from_raw((*self.as_raw()).device) }
+    }
+
+    /// Whether the CQ is one of a pool's (ib_core's or ibext's), marked `shared`.
+    pub(crate) fn is_pooled(&self) -> bool {
+        // SAFETY: The CQ is alive (type invariant).
+        unsafe { bindings::ibext_shim_cq_is_pooled(self.as_raw()) }
+    }
+
+    /// Whether ib_core polls the CQ itself (made by `ib_alloc_cq`, which gives it a `wc`).
+    pub(crate) fn polled_by_core(&self) -> bool {
+        // SAFETY: The CQ is alive (type invariant).
+        unsafe { bindings::ibext_shim_cq_polled_by_core(self.as_raw()) }
+    }
+
+    /// The CQ's `dim` pointer, as an atomic.
+    pub(super) fn dim_slot(&self) -> &core::sync::atomic::AtomicPtr<bindings::dim> {
+        // SAFETY: `dim` is a pointer-sized, aligned field of the live CQ; ib_core touches it
+        // only for CQs it made with DIM (`ib_alloc_cq` on `use_cq_dim` devices, which ibext
+        // refuses to attach to), and ibext changes it only atomically.
+        unsafe {
+            core::sync::atomic::AtomicPtr::from_ptr(core::ptr::addr_of_mut!((*self.as_raw()).dim))
         }
     }
 }

@@ -9,6 +9,7 @@
 //! listed in Documentation/ibext.rst) are moving here.
 
 pub(crate) mod cq;
+pub(crate) mod dim;
 
 use crate::bindings;
 use kernel::{str::CStr, types::Opaque};

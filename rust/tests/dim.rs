@@ -11,6 +11,7 @@ use crate::{
     api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
     bindings, client,
     cq_engine::{CqEngine, PollCtx},
+    ib::cq::UlpCq,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
@@ -243,7 +244,7 @@ fn modify_cq_reaches_the_device() -> TestResult {
             // SAFETY: Our live CQ, made by `ib_create_cq`.
             kassert_eq!(unsafe { ibext_dim_attach(lcq) }, 0);
             // SAFETY: Attached above, detached by `with_legacy_cq`.
-            let hw = unsafe { legacy_dim::test_force_profile(lcq, 6) };
+            let hw = legacy_dim::test_force_profile(unsafe { UlpCq::from_raw(lcq) }, 6);
             kassert_eq!(hw, Some(true));
             kassert!(REC_CQ.load(Ordering::Acquire) == lcq);
             let p = crate::policy::moderation::profile(6);
@@ -256,7 +257,7 @@ fn modify_cq_reaches_the_device() -> TestResult {
             );
             REC_REFUSE.store(true, Ordering::Release);
             // SAFETY: As above.
-            let hw = unsafe { legacy_dim::test_force_profile(lcq, 2) };
+            let hw = legacy_dim::test_force_profile(unsafe { UlpCq::from_raw(lcq) }, 2);
             REC_REFUSE.store(false, Ordering::Release);
             kassert_eq!(hw, Some(false));
             Ok(())
@@ -342,8 +343,9 @@ fn with_legacy_cq(
     let r = f(&dev, cq);
     // SAFETY: Our CQ, whose QPs `f` destroyed; DIM detached here if `f` stopped early.
     unsafe {
-        if legacy_dim::counters(cq).is_some() {
-            legacy_dim::detach(cq);
+        let ucq = UlpCq::from_raw(cq);
+        if legacy_dim::counters(ucq).is_some() {
+            legacy_dim::detach(ucq);
         }
         bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
     }
@@ -371,7 +373,7 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
     };
     let counters = || {
         // SAFETY: `cq` is our live CQ.
-        unsafe { legacy_dim::counters(cq) }
+        legacy_dim::counters(unsafe { UlpCq::from_raw(cq) })
     };
     let null = core::ptr::null_mut();
     let einval = EINVAL.to_errno();
@@ -472,7 +474,7 @@ fn legacy_ulp_traffic() -> TestResult {
         }
         drop(lb);
         // SAFETY: `cq` is our live CQ.
-        let samples = unsafe { legacy_dim::counters(cq) }.map_or(0, |c| c.0);
+        let samples = legacy_dim::counters(unsafe { UlpCq::from_raw(cq) }).map_or(0, |c| c.0);
         kassert!(samples > 0);
         pr_info!(
             "dim: legacy ULP loop: {} samples over 8 checked rounds\n",

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PolledCq`) and legacy ULPs'
+//! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
+//! [`Attached`], a DIM hung off a ULP's own CQ.
+
+use crate::{
+    bindings,
+    ib::{cq::UlpCq, LockClass},
+    policy::moderation,
+};
+use core::{pin::Pin, ptr::NonNull, sync::atomic::Ordering};
+use kernel::{prelude::*, types::Opaque};
+
+/// The work function lib/dim schedules when it picks a new profile.
+pub(crate) type WorkFn = unsafe extern "C" fn(*mut bindings::work_struct);
+
+/// An initializer for a `struct dim` as upstream's `rdma_dim_init` makes one, whose work runs
+/// `work_fn` and belongs to the lockdep class `key` named `name` (one per owner kind).
+/// `priv` is left null for the owner to use.
+pub(crate) fn new_dim(
+    work_fn: WorkFn,
+    name: &'static core::ffi::CStr,
+    key: &'static LockClass,
+) -> impl PinInit<Opaque<bindings::dim>> {
+    Opaque::ffi_init(move |p: *mut bindings::dim| {
+        // SAFETY: `p` is valid for writes (guaranteed by `ffi_init`).
+        unsafe {
+            p.write(bindings::dim {
+                state: bindings::dim_state_DIM_START_MEASURE as u8,
+                tune_state: bindings::dim_tune_state_DIM_GOING_RIGHT as u8,
+                profile_ix: 0,
+                ..Default::default()
+            });
+            bindings::ibext_shim_init_work(
+                core::ptr::addr_of_mut!((*p).work),
+                Some(work_fn),
+                name.as_ptr().cast(),
+                key.as_ptr(),
+            );
+        }
+    })
+}
+
+/// Returns the `struct dim` whose `work` this is.
+///
+/// # Safety
+///
+/// `work` is the `work` field of a `struct dim`.
+pub(crate) unsafe fn dim_of_work(work: *mut bindings::work_struct) -> *mut bindings::dim {
+    let off = core::mem::offset_of!(bindings::dim, work);
+    // SAFETY: Caller contract: `work` lies `off` bytes into a `struct dim`.
+    unsafe { work.cast::<u8>().sub(off).cast() }
+}
+
+/// Returns the profile index lib/dim chose last.
+pub(crate) fn profile_ix(dim: &Opaque<bindings::dim>) -> u8 {
+    // SAFETY: `dim` is initialized; lib/dim reads and writes its `u8`s racily by design, and a
+    // stale index is only a stale profile.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*dim.get()).profile_ix)) }
+}
+
+/// Tests only: makes lib/dim's decision `ix`, as `rdma_dim()` does when it picks a profile
+/// (`profile_ix`, then `schedule_work(&dim->work)`), and waits until the work has run.
+#[cfg(ibext_kunit)]
+pub(crate) fn test_force_profile(dim: &Opaque<bindings::dim>, ix: u8) {
+    // SAFETY: `dim` is initialized and its work was initialized with it; the owner cancels the
+    // work before freeing it, and the caller keeps the owner alive across this call.
+    unsafe {
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*dim.get()).profile_ix), ix);
+        let work = core::ptr::addr_of_mut!((*dim.get()).work);
+        bindings::ibext_shim_queue_work_unbound(work);
+        bindings::flush_work(work);
+    }
+}
+
+/// How a profile was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// The device's `modify_cq` took it.
+    Hardware,
+    /// The device has no `modify_cq`: software moderation applies it.
+    Software,
+    /// The device's `modify_cq` refused it (the errno): software moderation applies it.
+    Refused(i32),
+}
+
+impl Applied {
+    /// Whether the device moderates events itself now.
+    pub(crate) fn in_hardware(self) -> bool {
+        self == Applied::Hardware
+    }
+}
+
+/// Applies the profile lib/dim chose for `cq` (its work function's job, as upstream's
+/// `ib_cq_rdma_dim_work`): the device's own `modify_cq` where it has one, then measure afresh.
+/// Returns the profile index applied, and how.
+///
+/// # Safety
+///
+/// `dim` is initialized and `cq` is alive.
+pub(crate) unsafe fn apply_profile(
+    dim: &Opaque<bindings::dim>,
+    cq: *mut bindings::ib_cq,
+) -> (u8, Applied) {
+    let ix = profile_ix(dim);
+    let p = moderation::profile(ix);
+    // SAFETY: `cq` is alive (caller contract).
+    let r = unsafe { bindings::ibext_shim_modify_cq(cq, p.comps, p.usec) };
+    let applied = if r == 0 {
+        Applied::Hardware
+    } else if r == -(kernel::bindings::EOPNOTSUPP as i32) {
+        Applied::Software
+    } else {
+        Applied::Refused(r)
+    };
+    // SAFETY: As in `profile_ix`.
+    unsafe {
+        core::ptr::write_volatile(
+            core::ptr::addr_of_mut!((*dim.get()).state),
+            bindings::dim_state_DIM_START_MEASURE as u8,
+        )
+    };
+    (ix, applied)
+}
+
+/// What the owner of an [`Attached`] DIM does when lib/dim picks a new profile.
+pub(crate) trait AttachedHandler: Sized + Send + Sync {
+    /// lib/dim picked a new profile (process context, lib/dim's work): apply it
+    /// ([`Attached::apply_profile`]).
+    fn profile_chosen(d: &Attached<Self>);
+}
+
+/// lib/dim's state for a CQ that a ULP polls itself, hung off the CQ's own `dim` pointer, with
+/// the owner's `data`.
+///
+/// # Invariants
+///
+/// While attached, the CQ's `dim` points to `dim`, `dim.priv` to this object and `dim.work`'s
+/// function is `Attached::<T>::work_fn` (how [`Attached::of`] recognises it); the object was
+/// leaked from a pinned `KBox` by [`Attached::attach`] and is freed in place by
+/// [`Attached::detach`], after the work is cancelled.
+#[pin_data]
+pub(crate) struct Attached<T: AttachedHandler> {
+    #[pin]
+    dim: Opaque<bindings::dim>,
+    cq: *mut bindings::ib_cq,
+    data: T,
+    #[pin]
+    _pin: core::marker::PhantomPinned,
+}
+
+// SAFETY: `dim` is used by one sampler at a time (`UlpCq`'s invariants) and by lib/dim's work;
+// `cq` is only passed to ib_core; `T` is `Send + Sync`.
+unsafe impl<T: AttachedHandler> Send for Attached<T> {}
+// SAFETY: As for `Send`.
+unsafe impl<T: AttachedHandler> Sync for Attached<T> {}
+
+/// The lockdep class of attached DIMs' work.
+static ATTACHED_CLASS: LockClass = LockClass::new();
+
+impl<T: AttachedHandler> Attached<T> {
+    /// Attaches a DIM with `data` to `cq`; `EBUSY` if the CQ already has one (ibext's or
+    /// ib_core's), `ENOMEM` if it cannot be allocated. Nothing changes on error.
+    pub(crate) fn attach(cq: &UlpCq, data: T) -> Result {
+        let slot = cq.dim_slot();
+        if !slot.load(Ordering::Acquire).is_null() {
+            return Err(EBUSY);
+        }
+        let this = KBox::pin_init(
+            pin_init!(Self {
+                dim <- new_dim(Self::work_fn, c"ibext_legacy_dim", &ATTACHED_CLASS),
+                cq: cq.as_raw(),
+                data,
+                _pin: core::marker::PhantomPinned,
+            }),
+            GFP_KERNEL,
+        )?;
+        // SAFETY: The object is never moved: from here on it is reached through `raw` only,
+        // and freed in place by `detach` (or below).
+        let raw = KBox::into_raw(unsafe { Pin::into_inner_unchecked(this) });
+        // SAFETY: `raw` is the live object; its `dim` is initialized and not yet published.
+        let dim = unsafe {
+            let dim = (*raw).dim.get();
+            (*dim).priv_ = raw.cast();
+            dim
+        };
+        if slot
+            .compare_exchange(
+                core::ptr::null_mut(),
+                dim,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // Another attach won the race.
+            // SAFETY: `raw` came from `KBox::into_raw` above and was never published.
+            drop(unsafe { KBox::from_raw(raw) });
+            return Err(EBUSY);
+        }
+        // INVARIANT: published: the CQ's `dim` points to ours, whose `priv` points back.
+        Ok(())
+    }
+
+    /// Returns the DIM attached to `cq` by [`Attached::attach`] with this `T`, or `None` (none,
+    /// ib_core's, or another owner's).
+    pub(crate) fn of(cq: &UlpCq) -> Option<&Self> {
+        let dim = NonNull::new(cq.dim_slot().load(Ordering::Acquire))?;
+        // Identity by work function: the kernel builds Rust with `-Ccodegen-units=1`, so each
+        // `T` has one `work_fn`; a mismatch could only make this `None`, never a wrong `T`.
+        let ours: WorkFn = Self::work_fn;
+        // SAFETY: A non-null `dim` is a live `struct dim`, ibext's or ib_core's (ib_core's
+        // `rdma_dim_init` in drivers/infiniband/core/cq.c fills `work` and sets `priv` to the
+        // CQ); `work.func` and `priv` are plain fields of both, set before publication.
+        let (func, owner) = unsafe { ((*dim.as_ptr()).work.func, (*dim.as_ptr()).priv_) };
+        if func.map(|f| f as usize) != Some(ours as usize) || owner.is_null() {
+            return None;
+        }
+        // SAFETY: Its work function is ours, so `attach` made it: `priv` is the live object,
+        // alive until `detach`, which `UlpCq`'s invariants keep from running while the caller
+        // holds `cq`.
+        let this = unsafe { &*owner.cast::<Self>().cast_const() };
+        (this.dim.get() == dim.as_ptr()).then_some(this)
+    }
+
+    /// Detaches and frees the DIM attached to `cq`; false if it had none of this `T`.
+    pub(crate) fn detach(cq: &UlpCq) -> bool {
+        let Some(this) = Self::of(cq) else {
+            return false;
+        };
+        let raw = core::ptr::from_ref(this).cast_mut();
+        cq.dim_slot()
+            .store(core::ptr::null_mut(), Ordering::Release);
+        // SAFETY: The work belongs to the object, which is still alive; nothing queues it any
+        // more: only `rdma_dim()` does, from `sample`, which the ULP has stopped (`UlpCq`).
+        unsafe { bindings::cancel_work_sync(core::ptr::addr_of_mut!((*this.dim.get()).work)) };
+        // SAFETY: `raw` came from `KBox::into_raw` in `attach` and is no longer reachable.
+        drop(unsafe { KBox::from_raw(raw) });
+        true
+    }
+
+    /// Feeds lib/dim one sample: a poll loop that handled `completed` completions.
+    pub(crate) fn sample(&self, completed: u32) {
+        // SAFETY: One sampler at a time (`UlpCq`'s invariants, through which `self` was found).
+        unsafe { bindings::rdma_dim(self.dim.get(), u64::from(completed)) };
+    }
+
+    /// Returns the profile index lib/dim chose last.
+    pub(crate) fn profile_ix(&self) -> u8 {
+        profile_ix(&self.dim)
+    }
+
+    /// Applies the profile lib/dim chose (see [`apply_profile`]).
+    pub(crate) fn apply_profile(&self) -> (u8, Applied) {
+        // SAFETY: `dim` is initialized; the CQ is alive while attached (type invariants).
+        unsafe { apply_profile(&self.dim, self.cq) }
+    }
+
+    /// Returns the owner's data.
+    pub(crate) fn data(&self) -> &T {
+        &self.data
+    }
+
+    /// Tests only: forces lib/dim's decision `ix` (see [`test_force_profile`]).
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_force_profile(&self, ix: u8) {
+        test_force_profile(&self.dim, ix);
+    }
+
+    /// lib/dim's work: a new profile was chosen.
+    ///
+    /// # Safety
+    ///
+    /// Called by the workqueue only, with the `work` of an attached object's `dim`.
+    unsafe extern "C" fn work_fn(work: *mut bindings::work_struct) {
+        // SAFETY: `work` is the `work` field of the `dim` field of a live object: the work is
+        // cancelled before the object is freed.
+        let this = unsafe { &*kernel::container_of!(dim_of_work(work), Self, dim) };
+        T::profile_chosen(this);
+    }
+}
