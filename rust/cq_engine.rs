@@ -22,8 +22,9 @@
 
 use crate::{
     ib::{
-        cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
-        dim, Device,
+        dim,
+        polled_cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
+        Device,
     },
     ledger::{Kind, Token},
     policy::{

@@ -87,10 +87,8 @@ impl PoolSlot {
     /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
     fn set_used(&mut self, used: u32) {
         self.used = used;
-        let cq = self.raw();
-        if !cq.is_null() {
-            // SAFETY: The CQ is alive while the slot holds it.
-            unsafe { bindings::ibext_shim_cq_set_used(cq, used) };
+        if let Some(cq) = self.cq.as_ref().and_then(OwnedCq::get) {
+            cq.set_used(used);
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub(crate) mod cq;
 pub(crate) mod dim;
+pub(crate) mod polled_cq;
 
 use crate::bindings;
 use kernel::{str::CStr, types::Opaque};
