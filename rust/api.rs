@@ -10,7 +10,7 @@ use crate::{
     bindings, client,
     cq_engine::PollCtx,
     device::DeviceState,
-    gid_index::{self, GidAttr},
+    ib::gid::{self, GidAttr},
     ib::{cq::UlpCq, Device},
     legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
@@ -208,8 +208,8 @@ pub(crate) fn gid_find(
         return r;
     }
     match port {
-        Some(p) => gid_index::upstream_find_by_port(dev, key, p, ndev),
-        None => gid_index::upstream_find(dev, key, ndev),
+        Some(p) => gid::upstream_find_by_port(dev, key, p, ndev),
+        None => gid::upstream_find(dev, key, ndev),
     }
 }
 

@@ -40,16 +40,19 @@
 use crate::{
     bindings,
     debugfs::{SeqFile, Show},
-    ib::Device,
+    ib::{
+        gid::{get_gid_attr, upstream_find_by_port, GidAttr, PerCpuCounters, RcuBox},
+        Device, RcuGuard,
+    },
     ledger::{Kind, Token},
     policy::gid_index::{self as policy, Entry, GidKey},
 };
 use core::{
     fmt::Write,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
 };
-use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
+use kernel::{new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
 /// The per-CPU counters of a [`GidIndex`], by index.
 #[derive(Clone, Copy)]
@@ -71,10 +74,10 @@ pub(crate) enum Counter {
     Unindexed = 6,
 }
 
-const NR_COUNTERS: u32 = 7;
+const NR_COUNTERS: usize = 7;
 
 impl Counter {
-    const ALL: [Counter; NR_COUNTERS as usize] = [
+    const ALL: [Counter; NR_COUNTERS] = [
         Counter::Hits,
         Counter::ConfirmedMisses,
         Counter::Fallbacks,
@@ -94,157 +97,6 @@ impl Counter {
             Counter::RescanFailures => "rescan_failures",
             Counter::Unindexed => "unindexed",
         }
-    }
-}
-
-/// Per-CPU `u64` counters, one set per [`GidIndex`]: lookups run on every CPU and must not
-/// share a cache line to count.
-///
-/// # Invariants
-///
-/// `self.0` points to `NR_COUNTERS` per-CPU counters from `ibext_shim_counters_alloc`, freed on
-/// drop.
-struct Counters(NonNull<u64>);
-
-impl Counters {
-    fn new() -> Result<Self> {
-        // SAFETY: FFI call; the result is checked.
-        let c = unsafe { bindings::ibext_shim_counters_alloc(NR_COUNTERS) };
-        // INVARIANT: non-null results come from `ibext_shim_counters_alloc`.
-        NonNull::new(c).map(Counters).ok_or(ENOMEM)
-    }
-
-    fn inc(&self, c: Counter) {
-        // SAFETY: `NR_COUNTERS` per-CPU counters are allocated (type invariant).
-        unsafe { bindings::ibext_shim_counter_inc(self.0.as_ptr(), c as u32) };
-    }
-
-    fn sum(&self, c: Counter) -> u64 {
-        // SAFETY: As in `inc`.
-        unsafe { bindings::ibext_shim_counter_sum(self.0.as_ptr(), c as u32) }
-    }
-}
-
-impl Drop for Counters {
-    fn drop(&mut self) {
-        // SAFETY: Allocated in `new` (type invariant) and no longer used.
-        unsafe { bindings::ibext_shim_counters_free(self.0.as_ptr()) };
-    }
-}
-
-/// A referenced GID table entry, `const struct ib_gid_attr *`; dropping it puts the reference.
-///
-/// # Invariants
-///
-/// `self.0` holds one reference from `rdma_get_gid_attr` or `rdma_find_gid*`.
-pub(crate) struct GidAttr(NonNull<bindings::ib_gid_attr>);
-
-// SAFETY: A GID attribute reference may be used and put from any context and thread.
-unsafe impl Send for GidAttr {}
-// SAFETY: `&GidAttr` only reads fields that do not change while the reference is held.
-unsafe impl Sync for GidAttr {}
-
-impl GidAttr {
-    /// Takes ownership of the reference a ib_core lookup returned, or its error.
-    ///
-    /// # Safety
-    ///
-    /// `p` is the return value of `rdma_get_gid_attr` or `rdma_find_gid*`, not yet put.
-    pub(crate) unsafe fn from_result(p: *const bindings::ib_gid_attr) -> Result<Self> {
-        let p = from_err_ptr(p.cast_mut())?;
-        // INVARIANT: not an error, so a referenced attribute (the caller's guarantee).
-        NonNull::new(p).map(GidAttr).ok_or(ENOENT)
-    }
-
-    /// Gives the reference to the caller, who must put it with `rdma_put_gid_attr`.
-    pub(crate) fn into_raw(self) -> *const bindings::ib_gid_attr {
-        let p = self.0.as_ptr();
-        core::mem::forget(self);
-        p
-    }
-
-    /// Returns the attribute.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-    pub(crate) fn as_raw(&self) -> *const bindings::ib_gid_attr {
-        self.0.as_ptr()
-    }
-
-    fn attr(&self) -> &bindings::ib_gid_attr {
-        // SAFETY: The reference we hold keeps the entry alive and its fields fixed (type
-        // invariant): ib_core replaces entries, it does not change them.
-        unsafe { self.0.as_ref() }
-    }
-
-    /// Returns the GID.
-    pub(crate) fn gid(&self) -> [u8; 16] {
-        // SAFETY: Every bit pattern of the union is a valid `raw` array.
-        unsafe { self.attr().gid.raw }
-    }
-
-    /// Returns the GID type.
-    pub(crate) fn gid_type(&self) -> u32 {
-        self.attr().gid_type
-    }
-
-    /// Returns the entry's index in its port's table.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-    pub(crate) fn index(&self) -> u32 {
-        self.attr().index.into()
-    }
-
-    /// Returns the entry's port.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-    pub(crate) fn port(&self) -> u32 {
-        self.attr().port_num
-    }
-
-    /// Returns the entry's netdev, as an identity only (never dereferenced).
-    pub(crate) fn ndev(&self) -> *mut bindings::net_device {
-        // SAFETY: The field is readable while the reference is held; ib_core reads it the same
-        // way (without `rcu_dereference`) when it compares netdevs in `find_gid`.
-        unsafe { core::ptr::read_volatile(&self.attr().ndev) }
-    }
-
-    /// Returns whether this entry answers a lookup of `key`, with `ndev` (null: any netdev).
-    fn matches(&self, key: &GidKey, ndev: *mut bindings::net_device) -> bool {
-        self.gid() == key.gid
-            && self.gid_type() == key.gid_type
-            && (ndev.is_null() || self.ndev() == ndev)
-    }
-}
-
-impl Drop for GidAttr {
-    fn drop(&mut self) {
-        // SAFETY: We hold one reference (type invariant) and give it back once.
-        unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };
-    }
-}
-
-/// `rdma_get_gid_attr(dev, port, index)`.
-pub(crate) fn get_gid_attr(dev: &Device, port: u32, index: u32) -> Result<GidAttr> {
-    let index = i32::try_from(index).map_err(|_| EINVAL)?;
-    // SAFETY: `dev` is registered (`Device` invariant); ib_core checks the port and index.
-    unsafe { GidAttr::from_result(bindings::rdma_get_gid_attr(dev.as_raw(), port, index)) }
-}
-
-/// ib_core's own search of one port: `rdma_find_gid_by_port`.
-pub(crate) fn upstream_find_by_port(
-    dev: &Device,
-    key: &GidKey,
-    port: u32,
-    ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
-    let gid = bindings::ib_gid { raw: key.gid };
-    // SAFETY: `dev` is registered (`Device` invariant) and `gid` outlives the call; `ndev` is
-    // only compared.
-    unsafe {
-        GidAttr::from_result(bindings::rdma_find_gid_by_port(
-            dev.as_raw(),
-            &gid,
-            key.gid_type,
-            port,
-            ndev,
-        ))
     }
 }
 
@@ -310,9 +162,9 @@ struct Port {
     /// The port is mirrored: a RoCE port, whose changes ib_core announces. Tests may clear it
     /// to force the path of IB and iWARP ports.
     indexed: AtomicBool,
-    /// The current snapshot, or null before the first scan; replaced only under
+    /// The current snapshot, or none before the first scan; replaced only under
     /// `GidIndex::rescan`, freed after a grace period.
-    snapshot: AtomicPtr<Snapshot>,
+    snapshot: RcuBox<Snapshot>,
     /// GID change events seen for this port (plus one for the initial scan).
     requested: AtomicU64,
     /// The value of `requested` the current snapshot reflects.
@@ -334,14 +186,13 @@ impl Port {
 ///
 /// # Invariants
 ///
-/// - `handler` and `work` are initialized; `handler` is registered with ib_core exactly while
-///   `registered` is true.
-/// - Every non-null `Port::snapshot` came from `KBox::into_raw` and is owned by the index.
+/// `handler` and `work` are initialized; `handler` is registered with ib_core exactly while
+/// `registered` is true.
 #[pin_data(PinnedDrop)]
 pub(crate) struct GidIndex {
     dev: NonNull<bindings::ib_device>,
     ports: KVec<Port>,
-    counters: Counters,
+    counters: PerCpuCounters<NR_COUNTERS>,
     #[pin]
     handler: Opaque<bindings::ib_event_handler>,
     #[pin]
@@ -360,25 +211,14 @@ unsafe impl Sync for GidIndex {}
 impl GidIndex {
     /// Makes the index of `dev`, empty; [`GidIndex::start`] fills it once it is pinned.
     pub(crate) fn new(dev: &Device) -> Result<impl PinInit<Self>> {
-        // SAFETY: `dev` is registered.
-        let (first, last) = unsafe {
-            (
-                bindings::ibext_shim_start_port(dev.as_raw()),
-                bindings::ibext_shim_end_port(dev.as_raw()),
-            )
-        };
         let mut ports = KVec::new();
-        for num in first..=last {
-            // SAFETY: `num` is a valid port of `dev`, which is registered.
-            let tbl_len = unsafe { bindings::ibext_shim_gid_tbl_len(dev.as_raw(), num) };
-            // SAFETY: As above.
-            let roce = unsafe { bindings::ibext_shim_port_is_roce(dev.as_raw(), num) };
+        for num in dev.port_range() {
             ports.push(
                 Port {
                     num,
-                    tbl_len,
-                    indexed: AtomicBool::new(roce),
-                    snapshot: AtomicPtr::new(core::ptr::null_mut()),
+                    tbl_len: dev.gid_tbl_len(num),
+                    indexed: AtomicBool::new(dev.port_is_roce(num)),
+                    snapshot: RcuBox::new(),
                     requested: AtomicU64::new(0),
                     done: AtomicU64::new(0),
                     flips: AtomicU64::new(0),
@@ -386,7 +226,7 @@ impl GidIndex {
                 GFP_KERNEL,
             )?;
         }
-        let counters = Counters::new()?;
+        let counters = PerCpuCounters::new()?;
         let raw = dev.as_raw();
         let dev: NonNull<bindings::ib_device> = NonNull::from(dev).cast();
         Ok(pin_init!(Self {
@@ -413,12 +253,12 @@ impl GidIndex {
     }
 
     fn inc(&self, c: Counter) {
-        self.counters.inc(c);
+        self.counters.inc(c as usize);
     }
 
     /// Returns the sum of counter `c` over every CPU.
     pub(crate) fn count(&self, c: Counter) -> u64 {
-        self.counters.sum(c)
+        self.counters.sum(c as usize)
     }
 
     /// Registers for GID change events and builds every port's snapshot (the client's `add`).
@@ -485,22 +325,17 @@ impl GidIndex {
             }
             match Snapshot::scan(self.device(), p.num, p.tbl_len, want) {
                 Ok(snap) => {
-                    let cur = p.snapshot.load(Ordering::Acquire);
-                    // SAFETY: Snapshots are replaced only under `rescan`, which we hold.
-                    let before = (!cur.is_null()).then(|| unsafe { &*cur }.valid.as_slice());
-                    let flips = policy::bitmap_changes(before.unwrap_or(&[]), &snap.valid);
+                    let flips = {
+                        let rcu = RcuGuard::new();
+                        let before = p.snapshot.get(&rcu).map(|s| s.valid.as_slice());
+                        policy::bitmap_changes(before.unwrap_or(&[]), &snap.valid)
+                    };
                     p.flips.fetch_add(flips as u64, Ordering::Relaxed);
-                    let old = p.snapshot.swap(KBox::into_raw(snap), Ordering::AcqRel);
+                    let old = p.snapshot.swap(snap);
                     p.done.store(want, Ordering::Release);
                     self.inc(Counter::Rescans);
-                    if !old.is_null() {
-                        // SAFETY: FFI call in process context; waits for every lookup that may
-                        // have read `old`.
-                        unsafe { bindings::synchronize_rcu() };
-                        // SAFETY: `old` came from `KBox::into_raw` (type invariant), is no
-                        // longer published, and no reader is left.
-                        drop(unsafe { KBox::from_raw(old) });
-                    }
+                    // Waits for every lookup that may have read the old snapshot, then frees it.
+                    drop(old);
                 }
                 Err(_) => {
                     self.inc(Counter::RescanFailures);
@@ -527,38 +362,36 @@ impl GidIndex {
         // Read before the snapshot: the miss below is trusted only against a snapshot at least
         // this new (`policy::miss_is_confirmed`).
         let requested = p.requested.load(Ordering::Acquire);
-        // SAFETY: FFI call; paired with the unlock below on every path.
-        unsafe { bindings::ibext_shim_rcu_read_lock() };
-        let snap = p.snapshot.load(Ordering::Acquire);
-        if snap.is_null() {
-            stale = true;
-        } else {
-            // SAFETY: A published snapshot is freed only after a grace period that began after
-            // it was unpublished; we are inside a read-side critical section.
-            let snap = unsafe { &*snap };
-            snap_gen = snap.gen;
-            for e in policy::lookup(&snap.entries, &snap.slots, key) {
-                match get_gid_attr(self.device(), p.num, e.index) {
-                    Ok(attr) if attr.matches(key, ndev) => {
-                        // SAFETY: Paired with the lock above.
-                        unsafe { bindings::ibext_shim_rcu_read_unlock() };
-                        self.inc(Counter::Hits);
-                        return Ok(attr);
-                    }
-                    // The same GID and type on another netdev: not stale, just not asked for.
-                    Ok(attr) if attr.gid() == key.gid && attr.gid_type() == key.gid_type => {}
-                    _ => {
-                        self.inc(Counter::Stale);
-                        stale = true;
+        {
+            let rcu = RcuGuard::new();
+            match p.snapshot.get(&rcu) {
+                None => stale = true,
+                Some(snap) => {
+                    snap_gen = snap.gen;
+                    for e in policy::lookup(&snap.entries, &snap.slots, key) {
+                        match get_gid_attr(self.device(), p.num, e.index) {
+                            Ok(attr) if attr.matches(key, ndev) => {
+                                drop(rcu);
+                                self.inc(Counter::Hits);
+                                return Ok(attr);
+                            }
+                            // The same GID and type on another netdev: not stale, just not
+                            // asked for.
+                            Ok(attr)
+                                if attr.gid() == key.gid && attr.gid_type() == key.gid_type => {}
+                            _ => {
+                                self.inc(Counter::Stale);
+                                stale = true;
+                            }
+                        }
                     }
                 }
             }
         }
-        // SAFETY: Paired with the lock above.
-        unsafe { bindings::ibext_shim_rcu_read_unlock() };
         if !policy::miss_is_confirmed(true, stale, snap_gen, requested) {
             self.inc(Counter::Fallbacks);
-            if snap.is_null() || snap_gen < requested {
+            // No snapshot yet counts as generation 0, which `start` has already passed.
+            if snap_gen < requested {
                 // A rescan that could not allocate is retried by lookups that need it (queueing
                 // work is allowed in atomic context, and a no-op while it is queued).
                 // SAFETY: `work` is initialized and cancelled by `stop`, after which no lookup
@@ -602,44 +435,16 @@ impl GidIndex {
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn with_valid<R>(&self, num: u32, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
         let p = self.ports.iter().find(|p| p.num == num)?;
-        // Snapshots are replaced only under the mutex: holding it keeps this one alive.
-        let _guard = self.rescan.lock();
-        let snap = p.snapshot.load(Ordering::Acquire);
-        // SAFETY: Published snapshots stay alive while `rescan` is held (see above).
-        (!snap.is_null()).then(|| f(unsafe { &(*snap).valid }))
+        let rcu = RcuGuard::new();
+        p.snapshot.get(&rcu).map(|s| f(&s.valid))
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for GidIndex {
     fn drop(self: Pin<&mut Self>) {
+        // The snapshots go with their `RcuBox`es: no lookup can reach the index any more.
         self.stop();
-        for p in self.ports.iter() {
-            let snap = p.snapshot.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !snap.is_null() {
-                // SAFETY: The index is being dropped, so no lookup can reach it any more;
-                // `snap` came from `KBox::into_raw` (type invariant).
-                drop(unsafe { KBox::from_raw(snap) });
-            }
-        }
-    }
-}
-
-/// ib_core's own search of every port: `rdma_find_gid`.
-pub(crate) fn upstream_find(
-    dev: &Device,
-    key: &GidKey,
-    ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
-    let gid = bindings::ib_gid { raw: key.gid };
-    // SAFETY: As in `upstream_find_by_port`.
-    unsafe {
-        GidAttr::from_result(bindings::rdma_find_gid(
-            dev.as_raw(),
-            &gid,
-            key.gid_type,
-            ndev,
-        ))
     }
 }
 
@@ -675,16 +480,12 @@ unsafe extern "C" fn rescan_work(w: *mut bindings::work_struct) {
 impl Show for GidIndex {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         {
-            let _guard = self.rescan.lock();
             for p in self.ports.iter() {
-                let snap = p.snapshot.load(Ordering::Acquire);
-                let (entries, slots) = if snap.is_null() {
-                    (0, 0)
-                } else {
-                    // SAFETY: Snapshots are replaced (and freed) only under `rescan`, which we
-                    // hold.
-                    let s = unsafe { &*snap };
-                    (policy::bitmap_weight(&s.valid), s.slots.len())
+                let (entries, slots) = {
+                    let rcu = RcuGuard::new();
+                    p.snapshot
+                        .get(&rcu)
+                        .map_or((0, 0), |s| (policy::bitmap_weight(&s.valid), s.slots.len()))
                 };
                 writeln!(
                     m,

@@ -10,6 +10,7 @@
 
 pub(crate) mod cq;
 pub(crate) mod dim;
+pub(crate) mod gid;
 pub(crate) mod polled_cq;
 
 use crate::bindings;
@@ -88,6 +89,31 @@ impl Device {
         // SAFETY: FFI call without preconditions.
         let cpus = unsafe { bindings::ibext_shim_num_online_cpus() };
         self.num_comp_vectors().min(cpus).max(1)
+    }
+
+    /// Returns the device's first and last port numbers (`rdma_start_port`, `rdma_end_port`).
+    pub(crate) fn port_range(&self) -> core::ops::RangeInclusive<u32> {
+        // SAFETY: The device is registered (type invariant).
+        unsafe {
+            bindings::ibext_shim_start_port(self.as_raw())
+                ..=bindings::ibext_shim_end_port(self.as_raw())
+        }
+    }
+
+    /// Returns the length of `port`'s GID table, 0 for a port the device does not have.
+    pub(crate) fn gid_tbl_len(&self, port: u32) -> u32 {
+        if !self.port_valid(port) {
+            return 0;
+        }
+        // SAFETY: The device is registered (type invariant) and `port` is one of its ports.
+        unsafe { bindings::ibext_shim_gid_tbl_len(self.as_raw(), port) }
+    }
+
+    /// Returns whether `port` is a RoCE port (`rdma_protocol_roce`); false for a port the device
+    /// does not have.
+    pub(crate) fn port_is_roce(&self, port: u32) -> bool {
+        // SAFETY: The device is registered (type invariant) and `port` is one of its ports.
+        self.port_valid(port) && unsafe { bindings::ibext_shim_port_is_roce(self.as_raw(), port) }
     }
 
     /// Returns whether `port` is one of the device's ports (`rdma_is_port_valid`).

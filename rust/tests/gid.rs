@@ -13,7 +13,8 @@ use crate::{
     bindings,
     client::device_state,
     device::DeviceState,
-    gid_index::{self, Counter, GidAttr},
+    gid_index::Counter,
+    ib::gid::GidAttr,
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::gid_index::{bitmap_test, GidKey},
@@ -52,7 +53,7 @@ fn tbl_len(dev: &Device, port: u32) -> u32 {
 }
 
 fn get_attr(dev: &Device, port: u32, index: u32) -> Option<GidAttr> {
-    gid_index::get_gid_attr(dev, port, index).ok()
+    crate::ib::gid::get_gid_attr(dev, port, index).ok()
 }
 
 /// The valid entries of every port of `dev`, as ib_core has them now.
@@ -104,11 +105,11 @@ fn found(r: Result<GidAttr>) -> Found {
 /// Compares ibext with ib_core for `key` on `dev`: every port and each port, with `ndev` or any.
 fn compare(dev: &Device, key: &GidKey, ndev: *mut bindings::net_device) -> TestResult {
     let ours = found(api::gid_find(dev, key, None, ndev));
-    let theirs = found(gid_index::upstream_find(dev, key, ndev));
+    let theirs = found(crate::ib::gid::upstream_find(dev, key, ndev));
     kassert_eq!(ours, theirs, "rdma_find_gid of {:?}", key);
     for p in ports(dev) {
         let ours = found(api::gid_find(dev, key, Some(p), ndev));
-        let theirs = found(gid_index::upstream_find_by_port(dev, key, p, ndev));
+        let theirs = found(crate::ib::gid::upstream_find_by_port(dev, key, p, ndev));
         kassert_eq!(ours, theirs, "rdma_find_gid_by_port {} of {:?}", p, key);
     }
     Ok(())
@@ -636,7 +637,7 @@ impl Finder {
                         core::ptr::null_mut(),
                     ))
                 },
-                Finder::Upstream => gid_index::upstream_find(dev, key, core::ptr::null_mut()),
+                Finder::Upstream => crate::ib::gid::upstream_find(dev, key, core::ptr::null_mut()),
                 Finder::QueryLoop => query_loop(dev, key),
             };
             if found.is_ok() {

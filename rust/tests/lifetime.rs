@@ -17,7 +17,7 @@ use crate::{
         ibext_srq_pool_destroy,
     },
     bindings,
-    gid_index::get_gid_attr,
+    ib::gid::get_gid_attr,
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
 };
