@@ -28,7 +28,7 @@ BENCH_SMP ?= 2
 # A guest is stopped as hung once its console has been silent for STALL
 # seconds (every guest step and KUnit case prints when it ends), and in any
 # case after TIMEOUT seconds; STRESS=1 doubles the latter, not the former.
-STALL ?= 600
+STALL ?= 900
 TIMEOUT ?= $(if $(STRESS),3600,1800)
 
 # Kernel flavours: "test" (the fast one) and "debug" (kernel/debug.config).

@@ -85,7 +85,9 @@ setup() {
 	# rxe asks the crypto API for "crc32" at link time: not a symbol dependency.
 	modprobe crc32_generic && modprobe rdma_rxe || return 1
 	populate_gids || return 1
-	$RXE_ADD0 && $RXE_ADD1
+	$RXE_ADD0 || return 1
+	log "setup: rxe0 added"
+	$RXE_ADD1
 }
 
 # Nearly fill rxe0's GID table (1024 entries) for the GID index tests and
@@ -93,14 +95,22 @@ setup() {
 # entry, after the default GID: 1 + 993 = 994 entries, which leaves room for
 # the addresses the tests add and remove (at most 12 at a time). rxe1 keeps a
 # small table.
+# Added in batches of 128, each logged: on the debug kernel under load this takes minutes,
+# and the host counts a silent console as a hang (run.py --stall).
 GID_ADDRS=993
 populate_gids() {
 	i=1
 	while [ $i -le $GID_ADDRS ]; do
-		printf 'addr add 2001:db8:1::%x/64 dev veth0\n' $i
-		i=$((i + 1))
-	done > /tmp/gid-addrs
-	ip -6 -batch /tmp/gid-addrs
+		: > /tmp/gid-addrs
+		n=0
+		while [ $n -lt 128 ] && [ $i -le $GID_ADDRS ]; do
+			printf 'addr add 2001:db8:1::%x/64 dev veth0\n' $i >> /tmp/gid-addrs
+			i=$((i + 1))
+			n=$((n + 1))
+		done
+		ip -6 -batch /tmp/gid-addrs || return 1
+		log "setup: $((i - 1)) addresses on veth0"
+	done
 }
 
 cpus_match() { [ "$(grep -c ^processor /proc/cpuinfo)" = "$SMP" ]; }

@@ -580,7 +580,7 @@ def main():
     ap.add_argument("--smp", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds a guest may run in all")
-    ap.add_argument("--stall", type=int, default=600,
+    ap.add_argument("--stall", type=int, default=900,
                     help="seconds the console may stay silent before the guest counts as hung")
     ap.add_argument("--suite", default="")
     ap.add_argument("--out", default=os.path.join(TOP, "build"))
