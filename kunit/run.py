@@ -49,6 +49,46 @@ BAD = [
 ]
 
 EXPECT = re.compile(r"ibext-test: expected kernel warning (begins|ends): (.*)$")
+
+# Warnings of upstream 6.12 races that ibext's tests can reach but ibext cannot cause or avoid,
+# each (name, the WARNING line, a frame every such report has). Such a report (from its "cut
+# here" to its "end trace") is printed as known and does not fail the run; any other report in
+# or around it still does.
+#
+# ib_mad: rdma_cm's teardown on RDMA_CM_EVENT_DEVICE_REMOVAL (ibext_cm_ulp, over rxe1 looped
+# back to itself) sends CM MADs that arrive on the dying device's QP1. ib_mad_recv_done()
+# (drivers/infiniband/core/mad.c) checks list_empty_careful(&port_priv->port_list) only once,
+# at entry; ib_mad_port_close() then list_del_init()s the port and destroys the MAD QPs
+# (destroy_mad_qp) before ib_free_cq() stops the CQ's poller, so a receive handler already past
+# the check reposts on a destroyed QP, and rxe_post_recv() (sw/rxe/rxe_verbs.c) warns once. The
+# stack is ib_core's own MAD CQ (ib_cq_poll_work), not an ibext one. Seen once in four debug-
+# kernel runs under STRESS=1 (2026-12-02); see Documentation/ibext-testing.rst.
+KNOWN_UPSTREAM = [
+    ("ib_mad repost on a destroyed MAD QP during device removal",
+     re.compile(r"WARNING: .* at drivers/infiniband/sw/rxe/rxe_verbs\.c:\d+ rxe_post_recv"),
+     re.compile(r"\bib_mad_post_receive_mads\b")),
+]
+REPORT_END = re.compile(r"---\[ end trace [0-9a-f]+ \]---")
+
+
+def known_upstream_reports(lines):
+    """Line ranges of warnings in KNOWN_UPSTREAM, as {first line: (last line, name)}."""
+    found = {}
+    for i, line in enumerate(lines):
+        if not re.search(r"-+\[ cut here \]-+", line):
+            continue
+        end = next((j for j in range(i + 1, min(i + 200, len(lines)))
+                    if REPORT_END.search(lines[j])), None)
+        if end is None:
+            continue
+        block = lines[i:end + 1]
+        for name, warning, frame in KNOWN_UPSTREAM:
+            if (i + 1 < len(lines) and warning.search(lines[i + 1])
+                    and any(frame.search(l) for l in block)
+                    and not any(pat.search(l) for l in block for pat, what in BAD
+                                if what not in ("kernel warning/bug", "kernel WARNING"))):
+                found[i] = (end, name)
+    return found
 TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 GUEST_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
 GUEST = re.compile(r"^ibext-guest: (.*)$")
@@ -296,6 +336,7 @@ class Result:
         self.passed = 0
         self.failed = 0
         self.skipped = 0
+        self.known_upstream = 0
         self.problems = []
 
     def fail(self, what):
@@ -369,7 +410,15 @@ def judge(args, log_path, timed_out):
     # a kernel warning is required instead; every other kind of report still fails.
     last = -10
     expecting = None
+    known = known_upstream_reports(lines)
+    skip_to = -1
     for i, line in enumerate(lines):
+        if i in known and expecting is None:
+            skip_to, name = known[i]
+            print(f"  known upstream warning, not ibext's (see KNOWN_UPSTREAM in run.py): {name}")
+            res.known_upstream += 1
+        if i <= skip_to:
+            continue
         m = EXPECT.search(line)
         if m:
             if m.group(1) == "begins":
