@@ -15,7 +15,7 @@
 use crate::{
     ib::{
         cq::UlpCq,
-        dim::{Applied, Attached, AttachedHandler},
+        dim::{Attached, AttachedHandler},
     },
     ledger::{Kind, Token},
     policy::moderation,
@@ -38,7 +38,7 @@ impl AttachedHandler for LegacyDim {
         let (_, applied) = d.apply_profile();
         let this = d.data();
         this.hw_moderation
-            .store(applied == Applied::Hardware, Ordering::Release);
+            .store(applied.in_hardware(), Ordering::Release);
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
 }

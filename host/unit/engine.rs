@@ -178,18 +178,24 @@ impl Sim {
             if !self.cq.pending {
                 return;
             }
-            self.cq.pending = false;
-            self.cq.on_list = true;
-            let r = run_pass(
-                &mut self.cq,
-                self.mode,
-                &mut self.st,
-                self.budget,
-                &mut self.stats,
-            );
-            self.reports.push(r);
+            self.run_one();
         }
         panic!("the engine never went idle");
+    }
+
+    /// Runs the pass that is scheduled, as irq_poll or the work item would.
+    fn run_one(&mut self) {
+        assert!(self.cq.pending, "no pass scheduled");
+        self.cq.pending = false;
+        self.cq.on_list = true;
+        let r = run_pass(
+            &mut self.cq,
+            self.mode,
+            &mut self.st,
+            self.budget,
+            &mut self.stats,
+        );
+        self.reports.push(r);
     }
 
     /// Advances virtual time to `t`, running deferred passes as they come due.
@@ -461,17 +467,7 @@ fn teardown_while_polling() {
         // Two passes, then teardown disables the context (irq_poll_disable, cancel_work_sync,
         // hrtimer_cancel): what is pending is dropped, and nothing schedules again.
         for _ in 0..2 {
-            assert!(sim.cq.pending);
-            sim.cq.pending = false;
-            sim.cq.on_list = true;
-            let r = run_pass(
-                &mut sim.cq,
-                sim.mode,
-                &mut sim.st,
-                sim.budget,
-                &mut sim.stats,
-            );
-            sim.reports.push(r);
+            sim.run_one();
         }
         sim.cq.disabled = true;
         sim.cq.pending = false;
