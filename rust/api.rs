@@ -8,10 +8,14 @@
 
 use crate::{
     bindings, client,
-    cq_engine::PollCtx,
+    cq_engine::{CqEngine, PollCtx},
     device::DeviceState,
     ib::gid::{self, GidAttr},
-    ib::{cq::UlpCq, Device},
+    ib::{
+        cq::{CqPtr, UlpCq},
+        srq::{Pd, UlpRecvDone},
+        Device,
+    },
     legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
     srq_pool::{self, SrqPool},
@@ -40,7 +44,7 @@ fn err_ptr<T>(e: Error) -> *mut T {
 /// `nr_cqe` entries of `cq` are taken from `state`'s pool and not yet given back.
 pub(crate) struct PooledCq {
     state: Arc<DeviceState>,
-    cq: NonNull<bindings::ib_cq>,
+    cq: CqPtr,
     nr_cqe: u32,
 }
 
@@ -71,7 +75,7 @@ impl PooledCq {
 
     /// Returns the CQ, for `ib_create_qp` and friends.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
-        self.cq.as_ptr()
+        self.cq.as_raw()
     }
 
     /// Returns the entries taken.
@@ -83,7 +87,7 @@ impl PooledCq {
 impl Drop for PooledCq {
     fn drop(&mut self) {
         // Dropped here, after the state's last use: possibly its last reference.
-        drop(self.state.cq_put(self.cq.as_ptr(), self.nr_cqe));
+        drop(self.state.cq_put(self.cq, self.nr_cqe));
     }
 }
 
@@ -93,7 +97,7 @@ fn cq_pool_get(
     hint: c_int,
     poll_ctx: bindings::ib_poll_context,
     moderation: bindings::ibext_moderation,
-) -> Result<NonNull<bindings::ib_cq>> {
+) -> Result<CqPtr> {
     if dev.is_null() {
         return Err(EINVAL);
     }
@@ -120,7 +124,7 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
 ) -> *mut bindings::ib_cq {
     let dim = bindings::ibext_moderation_IBEXT_MODERATION_DIM;
     match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx, dim) {
-        Ok(cq) => cq.as_ptr(),
+        Ok(cq) => cq.as_raw(),
         Err(e) => err_ptr(e),
     }
 }
@@ -140,7 +144,7 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get_attr(
         return err_ptr(EINVAL);
     };
     match cq_pool_get(dev, a.nr_cqe, a.comp_vector_hint, a.poll_ctx, a.moderation) {
-        Ok(cq) => cq.as_ptr(),
+        Ok(cq) => cq.as_raw(),
         Err(e) => err_ptr(e),
     }
 }
@@ -159,8 +163,16 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
     // their CQs back when rdma_cm, removed after ibext, tells them the device is going).
     // SAFETY: `cq` is a live CQ the caller holds `nr_cqe` entries on (the C contract), until
     // this call returns.
-    let Some(state) = (unsafe { DeviceState::of_pooled_cq(cq) }) else {
+    let Some(engine) = (unsafe { CqEngine::of_cq(cq) }) else {
         warn_on_once!(true, "ibext_cq_pool_put: not a CQ from ibext's pool");
+        return;
+    };
+    // SAFETY: Pooled CQs are made only by `CqPools::get` with the `as_owner()` of the state
+    // whose pools hold them, and the state outlives its CQs.
+    let Some(state) = (unsafe { engine.owner().cast::<DeviceState>().as_ref() }) else {
+        return;
+    };
+    let Some(cq) = CqPtr::from_raw(cq) else {
         return;
     };
     // The returned reference, if any, is dropped after the state's last use here.
@@ -274,12 +286,14 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_create(
             buf_size: a.buf_size,
             has_recv_done: a.recv_done.is_some(),
         },
-        recv_done: a.recv_done,
-        ctx: a.ctx,
+        // SAFETY: The C contract: the callback may be called with the pool's SRQs, their
+        // completions and buffers and `ctx` until the pool is destroyed.
+        recv_done: a.recv_done.map(|f| unsafe { UlpRecvDone::new(f, a.ctx) }),
     };
     // SAFETY: `pd` is live and outlives the pool (the C contract).
-    match unsafe { SrqPool::create(pd, args) } {
-        Ok(p) => p.cast(),
+    let pd = unsafe { Pd::from_raw(pd.as_ptr()) };
+    match SrqPool::create(pd, args) {
+        Ok(p) => KBox::into_raw(p).cast(),
         Err(e) => err_ptr(e),
     }
 }
@@ -309,7 +323,7 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_get(
         return err_ptr(EINVAL);
     };
     match pool.get(comp_vector_hint) {
-        Ok(srq) => srq,
+        Ok(srq) => srq.as_raw(),
         Err(e) => err_ptr(e),
     }
 }
@@ -329,7 +343,7 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_put(
         warn_on_once!(true, "ibext_srq_pool_put: NULL pool");
         return;
     };
-    pool.put(srq);
+    pool.put(srq.cast_const().cast());
 }
 
 /// C entry point of `ibext_srq_pool_destroy()`; see `include/rdma/ibext.h`.
@@ -349,7 +363,7 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_destroy(
     if let Err(e) = p.retire() {
         return e.to_errno();
     }
-    // SAFETY: The pool came from `KBox::into_raw` in `SrqPool::create`, is dead now, and the
+    // SAFETY: The pool came from `KBox::into_raw` in `ibext_srq_pool_create`, is dead now, and the
     // caller gives up its handle with this call.
     drop(unsafe { KBox::from_raw(pool.cast::<SrqPool>()) });
     0

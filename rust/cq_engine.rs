@@ -42,7 +42,7 @@ use kernel::{prelude::*, time::Ktime};
 
 #[cfg(ibext_kunit)]
 pub(crate) use crate::ib::cq::BUDGET_SOFTIRQ;
-pub(crate) use crate::ib::cq::{wait_for_dispatch, wait_for_handlers, PollCtx};
+pub(crate) use crate::ib::cq::{wait_for_handlers, PollCtx};
 
 /// A pooled CQ: the polled CQ with the engine as its handler.
 pub(crate) type CqEngine = PolledCq<EngineState>;

@@ -30,10 +30,9 @@
 //! pool dead finds its CQ already counted.
 
 use crate::{
-    bindings,
     cq_engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
     debugfs::{SeqFile, Show},
-    ib::Device,
+    ib::{cq::CqPtr, Device},
     ledger::{Kind, Token},
     policy::{
         cq_pool::{self as policy, Slot},
@@ -44,7 +43,6 @@ use crate::{
 use core::{
     ffi::c_void,
     fmt::Write,
-    ptr::NonNull,
     sync::atomic::{AtomicU32, Ordering},
 };
 use kernel::{
@@ -79,9 +77,9 @@ impl Slot for PoolSlot {
 }
 
 impl PoolSlot {
-    /// Returns the CQ, or null once destroyed.
-    fn raw(&self) -> *mut bindings::ib_cq {
-        self.cq.as_ref().map_or(core::ptr::null_mut(), OwnedCq::raw)
+    /// Returns the CQ, or `None` once destroyed.
+    fn ptr(&self) -> Option<CqPtr> {
+        self.cq.as_ref().and_then(OwnedCq::ptr)
     }
 
     /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
@@ -128,11 +126,11 @@ impl CqPoolInner {
     }
 
     /// Takes `nr_cqe` entries on `vector` from the least-used CQ with room.
-    fn take_locked(&mut self, vector: u32, nr_cqe: u32) -> Option<*mut bindings::ib_cq> {
+    fn take_locked(&mut self, vector: u32, nr_cqe: u32) -> Option<CqPtr> {
         let pos = policy::pick_least_used(self.slots(), vector, nr_cqe)?;
         let slot = self.slot_mut(pos)?;
         slot.set_used(slot.used + nr_cqe);
-        Some(slot.raw())
+        slot.ptr()
     }
 
     /// Appends a set at the tail, keeping the list oldest first.
@@ -167,7 +165,7 @@ impl CqPool {
     }
 
     /// Takes entries if a CQ has room; `Err(ENODEV)` once the device is going away.
-    fn try_take(&self, vector: u32, nr_cqe: u32) -> Result<Option<*mut bindings::ib_cq>> {
+    fn try_take(&self, vector: u32, nr_cqe: u32) -> Result<Option<CqPtr>> {
         let mut inner = self.inner.lock();
         if inner.dead {
             return Err(ENODEV);
@@ -211,9 +209,9 @@ impl CqPool {
 
     /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool. `Ok(true)`: the
     /// pool is dead and `cq` has just become idle (one orphan fewer).
-    fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> Option<Result<bool, policy::OverPut>> {
+    fn put(&self, cq: CqPtr, nr_cqe: u32) -> Option<Result<bool, policy::OverPut>> {
         let mut inner = self.inner.lock();
-        let pos = inner.slots().position(|s| s.raw() == cq)?;
+        let pos = inner.slots().position(|s| s.ptr() == Some(cq))?;
         let dead = inner.dead;
         let slot = inner.slot_mut(pos)?;
         Some(policy::put_back(slot.used, nr_cqe).map(|used| {
@@ -368,10 +366,10 @@ impl CqPools {
     }
 
     /// Finds `cq` in any pool and reads it with `f` under that pool's lock.
-    fn with_slot<R>(&self, cq: *mut bindings::ib_cq, f: impl Fn(&PoolSlot) -> R) -> Option<R> {
+    fn with_slot<R>(&self, cq: CqPtr, f: impl Fn(&PoolSlot) -> R) -> Option<R> {
         self.pools.iter().find_map(|pool| {
             let inner = pool.inner.lock();
-            let r = inner.slots().find(|s| s.raw() == cq).map(&f);
+            let r = inner.slots().find(|s| s.ptr() == Some(cq)).map(&f);
             r
         })
     }
@@ -384,7 +382,7 @@ impl CqPools {
         hint: i32,
         ctx: PollCtx,
         moderation: Moderation,
-    ) -> Result<NonNull<bindings::ib_cq>> {
+    ) -> Result<CqPtr> {
         let Home {
             dev,
             vectors,
@@ -396,13 +394,13 @@ impl CqPools {
             policy::vector_for_hint(hint, vectors, || self.rr.fetch_add(1, Ordering::Relaxed));
         let pool = self.pool(ctx, moderation);
         if let Some(cq) = pool.try_take(vector, nr_cqe)? {
-            return NonNull::new(cq).ok_or(EINVAL);
+            return Ok(cq);
         }
 
         let _grow = pool.grow.lock();
         // Another caller may have grown the pool while we waited.
         if let Some(cq) = pool.try_take(vector, nr_cqe)? {
-            return NonNull::new(cq).ok_or(EINVAL);
+            return Ok(cq);
         }
         let set = pool.make_set(dev, vectors, policy::grow_cqe(nr_cqe, max_cqe), owner)?;
         let mut inner = pool.inner.lock();
@@ -416,14 +414,14 @@ impl CqPools {
         let cq = inner.take_locked(vector, nr_cqe);
         drop(inner);
         // A new set has a CQ on every usable vector with room for a valid request.
-        cq.and_then(NonNull::new).ok_or(EINVAL)
+        cq.ok_or(EINVAL)
     }
 
     /// Gives back `nr_cqe` entries of `cq` (see `ibext_cq_pool_put`). Returns `true` if this
     /// was the last put of the last busy CQ after retirement: the caller must [`release`].
     ///
     /// [`release`]: CqPools::release
-    pub(crate) fn put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> bool {
+    pub(crate) fn put(&self, cq: CqPtr, nr_cqe: u32) -> bool {
         for pool in self.pools.iter() {
             match pool.put(cq, nr_cqe) {
                 None => continue,
@@ -444,7 +442,7 @@ impl CqPools {
         not(ibext_kunit),
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
-    pub(crate) fn used(&self, cq: *mut bindings::ib_cq) -> Option<u32> {
+    pub(crate) fn used(&self, cq: CqPtr) -> Option<u32> {
         self.with_slot(cq, |s| s.used)
     }
 
@@ -453,7 +451,7 @@ impl CqPools {
         not(ibext_kunit),
         expect(dead_code, reason = "used by the tests until a Rust ULP uses it")
     )]
-    pub(crate) fn info(&self, cq: *mut bindings::ib_cq) -> Option<CqSnapshot> {
+    pub(crate) fn info(&self, cq: CqPtr) -> Option<CqSnapshot> {
         self.with_slot(cq, |s| {
             s.cq.as_ref().and_then(OwnedCq::get).map(CqEngine::snapshot)
         })

@@ -23,14 +23,13 @@ use crate::{
     cq_pool::{CqPools, Home},
     debugfs::{Dir, SeqFile, Show, ShowFile},
     gid_index::GidIndex,
-    ib::{Device, DeviceRef},
+    ib::{client::ClientData, cq::CqPtr, Device, DeviceRef},
     ledger::{Kind, Token},
     warn::warn_on_once,
 };
 use core::{
     ffi::c_void,
     fmt::Write,
-    ptr::NonNull,
     sync::atomic::{AtomicUsize, Ordering},
 };
 use kernel::{
@@ -88,7 +87,9 @@ struct CqKeep {
 /// state is reached by lookups only through the client data, which `remove` clears first.
 #[pin_data]
 pub(crate) struct DeviceState {
-    dev: NonNull<bindings::ib_device>,
+    /// Held for the state's whole life: a user of the state (a pooled CQ in use, an SRQ
+    /// pool) keeps the device's unregistration from finishing (`disable_device` waits).
+    dev: DeviceRef,
     comp_vectors: u32,
     #[pin]
     inner: Mutex<DeviceInner>,
@@ -117,15 +118,103 @@ unsafe impl Send for DeviceState {}
 unsafe impl Sync for DeviceState {}
 
 impl DeviceState {
+    /// Destroys the pooled CQs left after retirement and returns what kept the state alive, for
+    /// the caller to drop once it no longer uses `self`.
+    fn release_cqs(&self) -> Option<Arc<DeviceState>> {
+        self.cq_pools.release();
+        let keep = self.cq_keep.lock().take()?;
+        let CqKeep { _state, _dev } = keep;
+        // The CQs are gone: the device may finish unregistering.
+        drop(_dev);
+        Some(_state)
+    }
+
+    /// Gives back `nr_cqe` entries of the pooled CQ `cq` (see `ibext_cq_pool_put`), before or
+    /// after `remove`. Returns what the caller must drop after its last use of `self` (the
+    /// state's reference to itself, when this was the last busy CQ after `remove`).
+    pub(crate) fn cq_put(&self, cq: CqPtr, nr_cqe: u32) -> Option<Arc<Self>> {
+        if self.cq_pools.put(cq, nr_cqe) {
+            self.release_cqs()
+        } else {
+            None
+        }
+    }
+
+    /// Returns the identity pooled CQs carry back to their state (`CqEngine::owner`).
+    pub(crate) fn as_owner(&self) -> *const c_void {
+        core::ptr::from_ref(self).cast()
+    }
+
+    /// Returns the device.
+    pub(crate) fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Returns the number of completion vectors the pools use for this device.
+    pub(crate) fn comp_vectors(&self) -> u32 {
+        self.comp_vectors
+    }
+
+    /// Takes `nr_cqe` entries on a pooled CQ (see `ibext_cq_pool_get_attr`).
+    pub(crate) fn cq_pool_get(
+        &self,
+        nr_cqe: u32,
+        hint: i32,
+        ctx: crate::cq_engine::PollCtx,
+        moderation: crate::policy::moderation::Moderation,
+    ) -> Result<CqPtr> {
+        let home = Home {
+            dev: self.device(),
+            vectors: self.comp_vectors,
+            owner: self.as_owner(),
+        };
+        self.cq_pools.get(&home, nr_cqe, hint, ctx, moderation)
+    }
+
+    /// Returns the device's CQ pools.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn cq_pools(&self) -> &CqPools {
+        &self.cq_pools
+    }
+
+    /// Counts an SRQ pool made on the device.
+    pub(crate) fn srq_pool_made(&self) {
+        self.srq_pools.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts an SRQ pool destroyed.
+    pub(crate) fn srq_pool_gone(&self) {
+        self.srq_pools.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Makes a directory `name` in the device's debugfs directory, if it has one.
+    pub(crate) fn new_subdir(&self, name: &CStr) -> Option<Dir> {
+        let inner = self.inner.lock();
+        inner.dir.as_ref().map(|d| Dir::new(name, Some(d)))
+    }
+
+    /// Returns the device's GID index.
+    pub(crate) fn gid_index(&self) -> &GidIndex {
+        &self.gid_index
+    }
+
+    /// Returns whether `name` is the device's name as ibext last saw it.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn name_matches(&self, name: &CStr) -> bool {
+        self.inner.lock().name.as_cstr().as_bytes() == name.as_bytes()
+    }
+}
+
+impl ClientData for DeviceState {
     /// Makes the state for `dev` (the client's `add`).
-    pub(crate) fn add(dev: &Device) -> Result<Arc<Self>> {
+    fn add(dev: &Device) -> Result<Arc<Self>> {
         let name = DevName::new(dev.name());
         let comp_vectors = dev.usable_comp_vectors();
-        let raw = NonNull::from(dev).cast();
+        let dev_ref = DeviceRef::try_get(dev).ok_or(ENODEV)?;
         let gid_index = GidIndex::new(dev)?;
         let state = Arc::pin_init(
             pin_init!(Self {
-                dev: raw,
+                dev: dev_ref,
                 comp_vectors,
                 inner <- new_mutex!(DeviceInner { name, dir: None }, "DeviceState::inner"),
                 state_file <- ShowFile::new(),
@@ -167,17 +256,17 @@ impl DeviceState {
 
     /// Retires the state (the client's `remove`), after the client data was cleared: new API
     /// calls get `ENODEV`; what ULPs still hold keeps working until they let go.
-    pub(crate) fn remove(self: Arc<Self>, dev: &Device) {
+    fn remove(this: Arc<Self>, dev: &Device) {
         // Idle pooled CQs go now; busy ones stay live until their last put.
-        let busy = self.cq_pools.retire_begin(dev);
+        let busy = this.cq_pools.retire_begin(dev);
         if busy != 0 {
             match DeviceRef::try_get(dev) {
                 Some(dev_ref) => {
                     let keep = CqKeep {
-                        _state: self.clone(),
+                        _state: this.clone(),
                         _dev: dev_ref,
                     };
-                    *self.cq_keep.lock() = Some(keep);
+                    *this.cq_keep.lock() = Some(keep);
                 }
                 // `disable_device` holds the device's refcount while clients are removed, and
                 // client unregistration runs with the device registered: cannot happen.
@@ -186,19 +275,19 @@ impl DeviceState {
                 }
             }
         }
-        let keep = if self.cq_pools.retire_end() {
-            self.release_cqs()
+        let keep = if this.cq_pools.retire_end() {
+            this.release_cqs()
         } else {
             None
         };
         // No rescan runs or starts after this; the index is unreachable (unpublished).
-        self.gid_index.stop();
+        this.gid_index.stop();
         // Dropped outside the lock: removal waits for readers, which may be in `show`. SRQ
         // pools still alive keep their directories inside this one: it then goes with the
         // state, after the last of them.
-        let pools = self.srq_pools.load(Ordering::Acquire);
+        let pools = this.srq_pools.load(Ordering::Acquire);
         let dir = if pools == 0 {
-            self.inner.lock().dir.take()
+            this.inner.lock().dir.take()
         } else {
             pr_info!(
                 "{}: {} SRQ pool(s) still in use at removal: kept until destroyed\n",
@@ -210,118 +299,17 @@ impl DeviceState {
         drop(dir);
         pr_debug!("detached from {}\n", dev.name());
         drop(keep);
-        drop(self);
-    }
-
-    /// Destroys the pooled CQs left after retirement and returns what kept the state alive, for
-    /// the caller to drop once it no longer uses `self`.
-    fn release_cqs(&self) -> Option<Arc<DeviceState>> {
-        self.cq_pools.release();
-        let keep = self.cq_keep.lock().take()?;
-        let CqKeep { _state, _dev } = keep;
-        // The CQs are gone: the device may finish unregistering.
-        drop(_dev);
-        Some(_state)
-    }
-
-    /// Gives back `nr_cqe` entries of the pooled CQ `cq` (see `ibext_cq_pool_put`), before or
-    /// after `remove`. Returns what the caller must drop after its last use of `self` (the
-    /// state's reference to itself, when this was the last busy CQ after `remove`).
-    pub(crate) fn cq_put(&self, cq: *mut bindings::ib_cq, nr_cqe: u32) -> Option<Arc<Self>> {
-        if self.cq_pools.put(cq, nr_cqe) {
-            self.release_cqs()
-        } else {
-            None
-        }
-    }
-
-    /// Returns the identity pooled CQs carry back to their state (`CqEngine::owner`).
-    pub(crate) fn as_owner(&self) -> *const c_void {
-        core::ptr::from_ref(self).cast()
-    }
-
-    /// Returns the state a pooled CQ belongs to.
-    ///
-    /// # Safety
-    ///
-    /// `cq` is a live CQ on which the caller holds entries taken from ibext's pool, and keeps
-    /// them for `'a` (so the state, which owns the CQ, is alive).
-    pub(crate) unsafe fn of_pooled_cq<'a>(cq: *mut bindings::ib_cq) -> Option<&'a Self> {
-        // SAFETY: The caller's guarantee.
-        let engine = unsafe { crate::cq_engine::CqEngine::of_cq(cq) }?;
-        // SAFETY: Pooled CQs are made only by `CqPools::get` with `as_owner()` of the state
-        // whose pools hold them; the state outlives its CQs.
-        unsafe { engine.owner().cast::<Self>().as_ref() }
+        drop(this);
     }
 
     /// Follows a device rename (the client's `rename`).
-    pub(crate) fn rename(&self, dev: &Device) {
+    fn rename(&self, dev: &Device) {
         let name = DevName::new(dev.name());
         let mut inner = self.inner.lock();
         inner.name = name;
         if let Some(dir) = &inner.dir {
             dir.rename(name.as_cstr());
         }
-    }
-
-    /// Returns the device.
-    pub(crate) fn device(&self) -> &Device {
-        // SAFETY: `dev` is registered while the state is reachable (type invariant).
-        unsafe { Device::from_raw(self.dev.as_ptr()) }
-    }
-
-    /// Returns the number of completion vectors the pools use for this device.
-    pub(crate) fn comp_vectors(&self) -> u32 {
-        self.comp_vectors
-    }
-
-    /// Takes `nr_cqe` entries on a pooled CQ (see `ibext_cq_pool_get_attr`).
-    pub(crate) fn cq_pool_get(
-        &self,
-        nr_cqe: u32,
-        hint: i32,
-        ctx: crate::cq_engine::PollCtx,
-        moderation: crate::policy::moderation::Moderation,
-    ) -> Result<NonNull<bindings::ib_cq>> {
-        let home = Home {
-            dev: self.device(),
-            vectors: self.comp_vectors,
-            owner: self.as_owner(),
-        };
-        self.cq_pools.get(&home, nr_cqe, hint, ctx, moderation)
-    }
-
-    /// Returns the device's CQ pools.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-    pub(crate) fn cq_pools(&self) -> &CqPools {
-        &self.cq_pools
-    }
-
-    /// Counts an SRQ pool made on the device.
-    pub(crate) fn srq_pool_made(&self) {
-        self.srq_pools.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Counts an SRQ pool destroyed.
-    pub(crate) fn srq_pool_gone(&self) {
-        self.srq_pools.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Makes a directory `name` in the device's debugfs directory, if it has one.
-    pub(crate) fn new_subdir(&self, name: &CStr) -> Option<Dir> {
-        let inner = self.inner.lock();
-        inner.dir.as_ref().map(|d| Dir::new(name, Some(d)))
-    }
-
-    /// Returns the device's GID index.
-    pub(crate) fn gid_index(&self) -> &GidIndex {
-        &self.gid_index
-    }
-
-    /// Returns whether `name` is the device's name as ibext last saw it.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-    pub(crate) fn name_matches(&self, name: &CStr) -> bool {
-        self.inner.lock().name.as_cstr().as_bytes() == name.as_bytes()
     }
 }
 

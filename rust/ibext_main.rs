@@ -12,11 +12,8 @@
 #![recursion_limit = "256"]
 
 mod api;
-mod bindings;
-mod client;
 mod cq_engine;
 mod cq_pool;
-mod debugfs;
 mod device;
 mod gid_index;
 mod ib;
@@ -24,12 +21,14 @@ mod ledger;
 mod legacy_dim;
 mod policy;
 mod srq_pool;
-mod warn;
 
 #[cfg(ibext_kunit)]
-mod kunit;
-#[cfg(ibext_kunit)]
 mod tests;
+
+// The kernel-facing layer, reachable from the crate root under its usual names.
+use ib::{bindings, client, debugfs, warn};
+#[cfg(ibext_kunit)]
+use tests::kunit;
 
 use core::{fmt::Write, pin::Pin};
 use debugfs::{RootDir, SeqFile, Show, ShowFile};

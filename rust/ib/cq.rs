@@ -63,6 +63,30 @@ impl PollCtx {
     }
 }
 
+/// The address of a CQ, as a handle: compared, stored and handed to C, never dereferenced
+/// outside `rust/ib/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct CqPtr(core::ptr::NonNull<bindings::ib_cq>);
+
+// SAFETY: An address; what it points to is reached only by `rust/ib/` code, under the rules
+// of the object it belongs to.
+unsafe impl Send for CqPtr {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for CqPtr {}
+
+impl CqPtr {
+    /// Wraps an address (nothing is assumed of it); `None` for null.
+    pub(crate) fn from_raw(cq: *mut bindings::ib_cq) -> Option<Self> {
+        core::ptr::NonNull::new(cq).map(CqPtr)
+    }
+
+    /// Returns the address, for ib_core and C callers.
+    pub(crate) fn as_raw(self) -> *mut bindings::ib_cq {
+        self.0.as_ptr()
+    }
+}
+
 /// ibext's completion workqueues, bound and unbound; published while a [`CompQueues`] lives.
 static COMP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(core::ptr::null_mut());
 static COMP_UNBOUND_WQ: AtomicPtr<bindings::workqueue_struct> =

@@ -8,12 +8,27 @@
 //! `bindings::` directly outside it (`client.rs`, `debugfs.rs`, `dim.rs`, and the feature files
 //! listed in Documentation/ibext.rst) are moving here.
 
+pub(crate) mod bindings;
+pub(crate) mod client;
 pub(crate) mod cq;
+pub(crate) mod debugfs;
 pub(crate) mod dim;
 pub(crate) mod gid;
 pub(crate) mod polled_cq;
+pub(crate) mod srq;
+pub(crate) mod warn;
 
-use crate::bindings;
+/// A step of making an object that can fail; in the KUnit flavour a test can make it fail with
+/// `-ENOMEM` (`tests::hooks::FAIL_AT`). Always `Ok` in the product module.
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::fault_point;
+
+/// A step of making an object that can fail; always `Ok` in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn fault_point() -> kernel::error::Result {
+    Ok(())
+}
 use kernel::{str::CStr, types::Opaque};
 
 /// A registered RDMA device, `struct ib_device`.

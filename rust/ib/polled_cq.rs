@@ -25,7 +25,8 @@ use crate::{
     bindings,
     ib::{
         cq::{
-            comp_queue, wait_for_handlers, PollCtx, BUDGET_SOFTIRQ, BUDGET_WORKQUEUE, POLL_BATCH,
+            comp_queue, wait_for_handlers, CqPtr, PollCtx, BUDGET_SOFTIRQ, BUDGET_WORKQUEUE,
+            POLL_BATCH,
         },
         dim, init_work, Device, LockClass,
     },
@@ -491,6 +492,11 @@ impl<H: Handler> OwnedPolledCq<H> {
     /// Returns the CQ.
     pub(crate) fn raw(&self) -> *mut bindings::ib_cq {
         self.get().map_or(core::ptr::null_mut(), PolledCq::raw)
+    }
+
+    /// Returns the CQ's address as a handle; `None` once destroyed.
+    pub(crate) fn ptr(&self) -> Option<CqPtr> {
+        CqPtr::from_raw(self.raw())
     }
 
     /// Marks the CQ dying, so its handlers schedule nothing more once they are waited for.

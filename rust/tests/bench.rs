@@ -17,6 +17,7 @@
 //! swapped for one that counts and then calls ib_core's handler, and restored afterwards.
 //! ibext's CQs count their events themselves.
 
+use super::guest::cqp;
 use super::{
     gid::gid_bench,
     guest::DeviceRef,
@@ -219,7 +220,10 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
     // profile changes.
     let totals = |cqs: &Cqs| -> (u64, u64, u64, u8, u64, u64, u64) {
         let mut t = (0, 0, 0, 0, 0, 0, 0);
-        for info in distinct.iter().filter_map(|&cq| state.cq_pools().info(cq)) {
+        for info in distinct
+            .iter()
+            .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
+        {
             t.0 += info.events;
             t.1 += info.deferred_polls;
             t.2 += info.mode_switches;

@@ -2,6 +2,7 @@
 
 //! `ibext_cq_pool`: shared CQ pools on rxe0 with real loopback traffic.
 
+use super::guest::cqp;
 use super::{
     guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef},
     traffic::Loopback,
@@ -99,12 +100,12 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     kassert_eq!(lb.completions(), 12 * 2 * (QPS * DEPTH) as u64);
     drop(lb);
     for &(s, r) in raw.iter() {
-        kassert!(state.cq_pools().used(s).is_some());
-        kassert!(state.cq_pools().used(r).is_some());
+        kassert!(cqp(s).and_then(|c| state.cq_pools().used(c)).is_some());
+        kassert!(cqp(r).and_then(|c| state.cq_pools().used(c)).is_some());
     }
     drop(cqs);
     for &cq in distinct.iter() {
-        kassert_eq!(state.cq_pools().used(cq), Some(0));
+        kassert_eq!(cqp(cq).and_then(|c| state.cq_pools().used(c)), Some(0));
     }
     Ok(())
 }
@@ -174,7 +175,10 @@ fn least_used_not_first_fit() -> TestResult {
         c.as_raw() != a.as_raw(),
         "took the fuller, older CQ (first-fit)"
     );
-    kassert_eq!(state.cq_pools().used(a.as_raw()), Some(cap - 10));
+    kassert_eq!(
+        cqp(a.as_raw()).and_then(|c| state.cq_pools().used(c)),
+        Some(cap - 10)
+    );
     let _ = b_cq;
     Ok(())
 }
@@ -257,10 +261,10 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
         })
     };
     kassert_eq!(put(raw, 9), 1);
-    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    kassert_eq!(cqp(raw).and_then(|c| state.cq_pools().used(c)), Some(8));
     bad_input_ok("cq_put.over");
     kassert_eq!(put(raw, 0), 1);
-    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    kassert_eq!(cqp(raw).and_then(|c| state.cq_pools().used(c)), Some(8));
     bad_input_ok("cq_put.zero");
     kassert_eq!(put(core::ptr::null_mut(), 1), 1);
     bad_input_ok("cq_put.null");
@@ -281,7 +285,7 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
     // SAFETY: `foreign` came from `__ib_alloc_cq` and nothing uses it.
     unsafe { bindings::ib_free_cq(foreign) };
     kassert_eq!(warned, 1);
-    kassert_eq!(state.cq_pools().used(raw), Some(8));
+    kassert_eq!(cqp(raw).and_then(|c| state.cq_pools().used(c)), Some(8));
     bad_input_ok("cq_put.foreign");
     Ok(())
 }
@@ -298,7 +302,7 @@ fn ib_free_cq_on_a_pooled_cq_is_refused() -> TestResult {
         // this test checks. Had it freed it, the checks below would fail under KASAN.
         unsafe { bindings::ib_free_cq(raw) }
     });
-    kassert_eq!(state.cq_pools().used(raw), Some(16));
+    kassert_eq!(cqp(raw).and_then(|c| state.cq_pools().used(c)), Some(16));
     let mut lb = Loopback::new(dev.device(), 4, &[(raw, raw)])?;
     for round in 0..4u32 {
         let res = lb.round(round, false, 20_000);
@@ -307,7 +311,7 @@ fn ib_free_cq_on_a_pooled_cq_is_refused() -> TestResult {
     kassert_eq!(lb.completions(), 4 * 2 * 4);
     drop(lb);
     drop(cq);
-    kassert_eq!(state.cq_pools().used(raw), Some(0));
+    kassert_eq!(cqp(raw).and_then(|c| state.cq_pools().used(c)), Some(0));
     Ok(())
 }
 

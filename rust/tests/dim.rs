@@ -6,6 +6,7 @@
 //! pollers, forced DIM decisions); what only load would show (profiles rising, fewer events) is
 //! measured by `make bench`, not asserted here.
 
+use super::guest::cqp;
 use super::{guest::DeviceRef, traffic::Loopback};
 use crate::{
     api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
@@ -78,7 +79,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     let switches = || -> u64 {
         distinct
             .iter()
-            .filter_map(|&cq| state.cq_pools().info(cq))
+            .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
             .map(|i| i.mode_switches)
             .sum()
     };
@@ -90,7 +91,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
         let idle = super::guest::wait_for(20_000, || {
             distinct
                 .iter()
-                .filter_map(|&cq| state.cq_pools().info(cq))
+                .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
                 .all(|i| i.mode_switches % 2 == 0)
         });
         kassert!(idle, "round {}: a CQ stayed in polling mode", round);
@@ -209,7 +210,11 @@ fn modify_cq_reaches_the_device() -> TestResult {
     let raw = cq.as_raw();
     // SAFETY: Pooled, with entries held by `cq` for the whole test.
     let engine = unsafe { CqEngine::of_cq(raw) }.ok_or(Failed)?;
-    let info = || state.cq_pools().info(raw).unwrap_or_default();
+    let info = || {
+        cqp(raw)
+            .and_then(|c| state.cq_pools().info(c))
+            .unwrap_or_default()
+    };
     let mut seen: KVec<(u8, u32, u32)> = KVec::new();
     {
         let _swap = ModifyCqSwap::install(dev.device());

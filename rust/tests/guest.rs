@@ -213,3 +213,8 @@ pub(crate) fn pooled_cqs_on(name: &CStr) -> usize {
             .sum()
     })
 }
+
+/// The handle of a raw CQ, for the pool's lookups by CQ (`None` for null).
+pub(crate) fn cqp(cq: *mut crate::bindings::ib_cq) -> Option<crate::ib::cq::CqPtr> {
+    crate::ib::cq::CqPtr::from_raw(cq)
+}

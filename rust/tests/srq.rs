@@ -14,11 +14,13 @@ use crate::{
     },
     bindings,
     cq_engine::PollCtx,
+    ib::srq::{eopnotsupp, Pd as PdView},
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     policy::moderation::Moderation,
-    srq_pool::{eopnotsupp, SrqPool, FAIL_AT},
+    srq_pool::SrqPool,
+    tests::hooks::FAIL_AT,
     warn::expect_warnings,
 };
 use core::{
@@ -616,7 +618,11 @@ fn traffic_exactly_once() -> TestResult {
         kassert_eq!(pool.buffer_bytes(), u64::from(vectors) * 64 * 64);
         // One SRQ per vector: QP i's SRQ is SRQ i % vectors.
         for (i, r) in f.refs.iter().enumerate() {
-            kassert!(Some(r.1) == pool.srq(i % vectors as usize), "QP {} SRQ", i);
+            kassert!(
+                Some(r.1) == pool.srq(i % vectors as usize).map(|s| s.as_raw()),
+                "QP {} SRQ",
+                i
+            );
         }
         let refs = pool.refs();
         kassert_eq!(refs.iter().sum::<u32>(), QPS as u32);
@@ -649,14 +655,20 @@ fn references_and_busy() -> TestResult {
     for hint in 0..(4 * vectors as i32) {
         // SAFETY: Live pool.
         let srq = unsafe { ibext_srq_pool_get(pool.0, hint) };
-        kassert!(Some(srq) == pool.get().srq(hint as usize % vectors as usize));
+        kassert!(
+            Some(srq)
+                == pool
+                    .get()
+                    .srq(hint as usize % vectors as usize)
+                    .map(|s| s.as_raw())
+        );
         taken.push(srq, GFP_KERNEL).map_err(|_| Failed)?;
     }
     kassert!(pool.get().refs().iter().all(|&r| r == 4));
     // A negative hint takes the least-referenced SRQ: after one such get, SRQ 0 has 5.
     // SAFETY: Live pool.
     let extra = unsafe { ibext_srq_pool_get(pool.0, -1) };
-    kassert!(Some(extra) == pool.get().srq(0));
+    kassert!(Some(extra) == pool.get().srq(0).map(|s| s.as_raw()));
     taken.push(extra, GFP_KERNEL).map_err(|_| Failed)?;
     kassert_eq!(pool.destroy(), EBUSY.to_errno());
     bad_input_ok("srq_destroy.busy");
@@ -679,16 +691,17 @@ fn references_and_busy() -> TestResult {
                 has_recv_done: false,
             },
             recv_done: None,
-            ctx: core::ptr::null_mut(),
         };
         // SAFETY: `pd` is live and outlives the pool, dropped at the end of this block.
-        let owned = unsafe { crate::srq_pool::OwnedSrqPool::new(pd.0, args(0)) }?;
+        let pd_view = unsafe { PdView::from_raw(pd.0.as_ptr()) };
+        let owned = crate::srq_pool::OwnedSrqPool::new(pd_view, args(0))?;
         let a = owned.get(1)?;
         let b = owned.get(1)?;
-        kassert!(a.as_raw() == b.as_raw() && Some(a.as_raw()) == owned.pool().srq(1));
-        kassert_eq!(owned.pool().refs()[1], 2);
+        let one = owned.pool()?.srq(1).map(|s| s.as_raw());
+        kassert!(a.srq().as_raw() == b.srq().as_raw() && Some(a.srq().as_raw()) == one);
+        kassert_eq!(owned.pool()?.refs()[1], 2);
         drop((a, b));
-        kassert!(owned.pool().refs().iter().all(|&r| r == 0));
+        kassert!(owned.pool()?.refs().iter().all(|&r| r == 0));
         let live = ledger::counts(Kind::SrqPool).live();
         drop(owned);
         kassert_eq!(ledger::counts(Kind::SrqPool).live(), live - 1);
@@ -738,7 +751,7 @@ fn limit_events_are_counted() -> TestResult {
     .map_err(|_| Failed)?;
     let pool = f.pool()?;
     kassert_eq!(pool.plan().limit, 4);
-    let srq = pool.srq(0).ok_or(Failed)?;
+    let srq = pool.srq(0).ok_or(Failed)?.as_raw();
     let engines = || {
         f.cqs.iter().filter_map(|c| {
             // SAFETY: The CQs are pooled and held by `f`.

@@ -14,7 +14,9 @@ use core::{
     pin::Pin,
     sync::atomic::{AtomicPtr, Ordering},
 };
-use kernel::{c_str, error::from_result, ffi::c_int, prelude::*, str::CStr, types::Opaque};
+use kernel::{
+    c_str, error::from_result, ffi::c_int, prelude::*, str::CStr, sync::Arc, types::Opaque,
+};
 
 /// A debugfs directory, removed with everything in it when dropped.
 ///
@@ -193,6 +195,43 @@ impl<T: Show> ShowFile<T> {
             // INVARIANT: `m` is the seq_file of the read in progress.
             owner.show(&mut SeqFile(m)).map_err(|_| ENOMEM)?;
             Ok(0)
+        })
+    }
+}
+
+/// A debugfs directory with one read-only file rendering a shared object, which the file keeps
+/// alive: removed (waiting for readers) when dropped, before the file's node and its reference
+/// to the object go.
+///
+/// # Invariants
+///
+/// `node.data` points to `*_owner`; the file made with `node` is inside `dir`.
+pub(crate) struct ShowDir<T: Show> {
+    /// Declared first: removed before `_node` and `_owner` are dropped.
+    _dir: Dir,
+    _node: KBox<Opaque<bindings::ibext_show>>,
+    _owner: Arc<T>,
+}
+
+impl<T: Show> ShowDir<T> {
+    /// Makes file `name` in `dir`, rendering `owner`; `dir` is removed with the result.
+    pub(crate) fn new(dir: Dir, name: &CStr, owner: Arc<T>) -> Result<Self> {
+        let node = KBox::new(
+            Opaque::new(bindings::ibext_show {
+                show: Some(ShowFile::<T>::show_callback),
+                data: core::ptr::from_ref::<T>(&owner).cast_mut().cast(),
+            }),
+            GFP_KERNEL,
+        )?;
+        // SAFETY: `name` is NUL-terminated, `dir.0` is a dentry or an error pointer, and `node`
+        // is heap-allocated and outlives the file, which is removed with `dir` first (field
+        // order); `data` is kept alive by `_owner`, dropped last.
+        unsafe { bindings::ibext_shim_debugfs_create_show(name.as_char_ptr(), dir.0, node.get()) };
+        // INVARIANT: as set up above.
+        Ok(ShowDir {
+            _dir: dir,
+            _node: node,
+            _owner: owner,
         })
     }
 }

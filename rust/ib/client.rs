@@ -10,6 +10,9 @@
 //! NFS/RDMA, SMB-Direct) registered before ibext and is removed *after* it. So `remove` only
 //! unpublishes the state and drops the client data's reference: what ULPs still hold (pooled
 //! CQ entries, SRQ pools) keeps the state alive until they let go (see `device.rs`).
+//!
+//! This file owns the FFI (the `ib_client`, its client data as an `Arc`, the RCU rules of the
+//! lookup); what a device's state is and does is `device.rs`'s, through [`ClientData`].
 
 use crate::{
     bindings,
@@ -27,6 +30,16 @@ use kernel::{
     sync::{Arc, ArcBorrow},
     types::{ForeignOwnable, Opaque},
 };
+
+/// What ibext keeps per device, as its client sees it.
+pub(crate) trait ClientData: Send + Sync + Sized {
+    /// Makes the state of a device being registered.
+    fn add(dev: &Device) -> Result<Arc<Self>>;
+    /// Tears down what the state holds of `dev`; the client data no longer refers to it.
+    fn remove(this: Arc<Self>, dev: &Device);
+    /// Follows a device rename.
+    fn rename(&self, dev: &Device);
+}
 
 /// The storage of ibext's one `ib_client`.
 struct ClientCell(Opaque<bindings::ib_client>);
@@ -126,7 +139,7 @@ unsafe extern "C" fn add_one(dev: *mut bindings::ib_device) -> c_int {
     from_result(|| {
         // SAFETY: ib_core calls `add` with a device that stays registered until `remove`.
         let dev = unsafe { Device::from_raw(dev) };
-        let state = DeviceState::add(dev)?;
+        let state = <DeviceState as ClientData>::add(dev)?;
         // SAFETY: `CLIENT` is registered and we are inside its `add` for `dev`.
         unsafe {
             bindings::ib_set_client_data(
@@ -162,7 +175,7 @@ unsafe extern "C" fn remove_one(dev: *mut bindings::ib_device, data: *mut c_void
     // successful `add` with that data, and no lookup can reach it any more (above), so we take
     // the reference back exactly once.
     let state = unsafe { <Arc<DeviceState> as ForeignOwnable>::from_foreign(data) };
-    state.remove(dev);
+    <DeviceState as ClientData>::remove(state, dev);
 }
 
 /// The client's `rename`.
@@ -179,5 +192,5 @@ unsafe extern "C" fn rename_one(dev: *mut bindings::ib_device, data: *mut c_void
     let state = unsafe { <Arc<DeviceState> as ForeignOwnable>::borrow(data) };
     // SAFETY: `rename` runs with the device registered.
     let dev = unsafe { Device::from_raw(dev) };
-    state.rename(dev);
+    ClientData::rename(&*state, dev);
 }
