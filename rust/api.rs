@@ -1,38 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The API ULPs call: the C entry points the shim exports with `EXPORT_SYMBOL_GPL`, and the safe
-//! Rust API the crate's own users call.
-//!
-//! Each C entry point converts raw pointers under a `// SAFETY:` comment, calls the safe
-//! function, and turns its `Result` into an errno in one place.
+//! The safe Rust API the crate's own users call; the C entry points that ULPs call through
+//! `include/rdma/ibext.h` are thin conversions onto it in `ib/capi.rs`.
 
 use crate::{
-    bindings, client,
-    cq_engine::{CqEngine, PollCtx},
+    client,
+    cq_engine::PollCtx,
     device::DeviceState,
-    ib::gid::{self, GidAttr},
     ib::{
-        cq::{CqPtr, UlpCq},
-        srq::{Pd, UlpRecvDone},
+        cq::CqPtr,
+        gid::{self, GidAttr, NdevPtr},
         Device,
     },
-    legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
-    srq_pool::{self, SrqPool},
-    warn::warn_on_once,
 };
-use core::ptr::NonNull;
-use kernel::{
-    ffi::{c_int, c_uint},
-    prelude::*,
-    sync::Arc,
-};
-
-/// Returns `ERR_PTR(e)`.
-fn err_ptr<T>(e: Error) -> *mut T {
-    // `ERR_PTR`: the negative errno as an address, never dereferenced.
-    e.to_errno() as isize as *mut T
-}
+use kernel::{prelude::*, sync::Arc};
 
 /// Entries on a pooled CQ, given back to the pool when dropped.
 ///
@@ -47,11 +29,6 @@ pub(crate) struct PooledCq {
     cq: CqPtr,
     nr_cqe: u32,
 }
-
-// SAFETY: A pooled CQ may be used and given back from any thread; the pool locks itself.
-unsafe impl Send for PooledCq {}
-// SAFETY: `&PooledCq` only reads immutable fields.
-unsafe impl Sync for PooledCq {}
 
 #[cfg_attr(
     not(ibext_kunit),
@@ -74,8 +51,8 @@ impl PooledCq {
     }
 
     /// Returns the CQ, for `ib_create_qp` and friends.
-    pub(crate) fn as_raw(&self) -> *mut bindings::ib_cq {
-        self.cq.as_raw()
+    pub(crate) fn cq(&self) -> CqPtr {
+        self.cq
     }
 
     /// Returns the entries taken.
@@ -91,118 +68,18 @@ impl Drop for PooledCq {
     }
 }
 
-fn cq_pool_get(
-    dev: *mut bindings::ib_device,
-    nr_cqe: c_uint,
-    hint: c_int,
-    poll_ctx: bindings::ib_poll_context,
-    moderation: bindings::ibext_moderation,
+/// Takes `nr_cqe` entries on a pooled CQ of `dev` (the checked form of `ibext_cq_pool_get_attr`);
+/// the caller gives them back with [`DeviceState::cq_put`] through the CQ's state.
+pub(crate) fn cq_pool_get(
+    dev: &Device,
+    nr_cqe: u32,
+    hint: i32,
+    ctx: PollCtx,
+    moderation: Moderation,
 ) -> Result<CqPtr> {
-    if dev.is_null() {
-        return Err(EINVAL);
-    }
-    let ctx = PollCtx::from_raw(poll_ctx)?;
-    let moderation = Moderation::from_raw(moderation).ok_or(EINVAL)?;
-    // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
-    let dev = unsafe { Device::from_raw(dev) };
     // The reference, taken under RCU, keeps the state alive across a racing `remove`.
     let state = client::device_state(dev).ok_or(ENODEV)?;
     state.cq_pool_get(nr_cqe, hint, ctx, moderation)
-}
-
-/// C entry point of `ibext_cq_pool_get()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `dev` is null or a registered device the caller may use.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
-    dev: *mut bindings::ib_device,
-    nr_cqe: c_uint,
-    comp_vector_hint: c_int,
-    poll_ctx: bindings::ib_poll_context,
-) -> *mut bindings::ib_cq {
-    let dim = bindings::ibext_moderation_IBEXT_MODERATION_DIM;
-    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx, dim) {
-        Ok(cq) => cq.as_raw(),
-        Err(e) => err_ptr(e),
-    }
-}
-
-/// C entry point of `ibext_cq_pool_get_attr()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `dev` is null or a registered device the caller may use; `attr` is null or valid for reads.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_cq_pool_get_attr(
-    dev: *mut bindings::ib_device,
-    attr: *const bindings::ibext_cq_attr,
-) -> *mut bindings::ib_cq {
-    // SAFETY: `attr` is null or valid for reads (the C contract).
-    let Some(a) = (unsafe { attr.as_ref() }) else {
-        return err_ptr(EINVAL);
-    };
-    match cq_pool_get(dev, a.nr_cqe, a.comp_vector_hint, a.poll_ctx, a.moderation) {
-        Ok(cq) => cq.as_raw(),
-        Err(e) => err_ptr(e),
-    }
-}
-
-/// C entry point of `ibext_cq_pool_put()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `cq` is null or a CQ the caller may use.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_cqe: c_uint) {
-    if warn_on_once!(cq.is_null(), "ibext_cq_pool_put: NULL CQ") {
-        return;
-    }
-    // The CQ leads back to its state, also after ibext's `remove` (rdma_cm-driven ULPs put
-    // their CQs back when rdma_cm, removed after ibext, tells them the device is going).
-    // SAFETY: `cq` is a live CQ the caller holds `nr_cqe` entries on (the C contract), until
-    // this call returns.
-    let Some(engine) = (unsafe { CqEngine::of_cq(cq) }) else {
-        warn_on_once!(true, "ibext_cq_pool_put: not a CQ from ibext's pool");
-        return;
-    };
-    // SAFETY: Pooled CQs are made only by `CqPools::get` with the `as_owner()` of the state
-    // whose pools hold them, and the state outlives its CQs.
-    let Some(state) = (unsafe { engine.owner().cast::<DeviceState>().as_ref() }) else {
-        return;
-    };
-    let Some(cq) = CqPtr::from_raw(cq) else {
-        return;
-    };
-    // The returned reference, if any, is dropped after the state's last use here.
-    drop(state.cq_put(cq, nr_cqe));
-}
-
-/// The checks of `ibext_find_gid*`, then the lookup.
-fn find_gid(
-    dev: *mut bindings::ib_device,
-    gid: *const bindings::ib_gid,
-    gid_type: bindings::ib_gid_type,
-    port: Option<u32>,
-    ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
-    if dev.is_null() || gid.is_null() || gid_type >= bindings::ib_gid_type_IB_GID_TYPE_SIZE {
-        return Err(EINVAL);
-    }
-    // SAFETY: A non-null `dev` from a caller is a registered device it may use (the C contract).
-    let dev = unsafe { Device::from_raw(dev) };
-    if let Some(p) = port {
-        if !dev.port_valid(p) {
-            return Err(EINVAL);
-        }
-    }
-    let key = GidKey {
-        // SAFETY: `gid` is valid for reads (the C contract); any bit pattern is a valid array.
-        gid: unsafe { (*gid).raw },
-        gid_type,
-    };
-    gid_find(dev, &key, port, ndev)
 }
 
 /// Finds `key` on `dev`: on `port`, or on every port in order (`None`). The checked form of
@@ -213,7 +90,7 @@ pub(crate) fn gid_find(
     dev: &Device,
     key: &GidKey,
     port: Option<u32>,
-    ndev: *mut bindings::net_device,
+    ndev: NdevPtr,
 ) -> Result<GidAttr> {
     // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
     if let Some(r) = client::with_device_state(dev, |s| s.gid_index().find(key, port, ndev)) {
@@ -222,222 +99,5 @@ pub(crate) fn gid_find(
     match port {
         Some(p) => gid::upstream_find_by_port(dev, key, p, ndev),
         None => gid::upstream_find(dev, key, ndev),
-    }
-}
-
-/// C entry point of `ibext_find_gid()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `dev` is null or a registered device the caller may use; `gid` is null or valid for reads;
-/// `ndev` is only compared.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_find_gid(
-    dev: *mut bindings::ib_device,
-    gid: *const bindings::ib_gid,
-    gid_type: bindings::ib_gid_type,
-    ndev: *mut bindings::net_device,
-) -> *const bindings::ib_gid_attr {
-    match find_gid(dev, gid, gid_type, None, ndev) {
-        Ok(attr) => attr.into_raw(),
-        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
-    }
-}
-
-/// C entry point of `ibext_find_gid_by_port()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// As for [`ibext_find_gid`].
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_find_gid_by_port(
-    dev: *mut bindings::ib_device,
-    gid: *const bindings::ib_gid,
-    gid_type: bindings::ib_gid_type,
-    port: u32,
-    ndev: *mut bindings::net_device,
-) -> *const bindings::ib_gid_attr {
-    match find_gid(dev, gid, gid_type, Some(port), ndev) {
-        Ok(attr) => attr.into_raw(),
-        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
-    }
-}
-
-/// C entry point of `ibext_srq_pool_create()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `pd` is null or a live PD of a registered device that outlives the pool; `attr` is null or
-/// valid for reads.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_srq_pool_create(
-    pd: *mut bindings::ib_pd,
-    attr: *const bindings::ibext_srq_pool_attr,
-) -> *mut bindings::ibext_srq_pool {
-    // SAFETY: `attr` is null or valid for reads (the C contract).
-    let (Some(pd), Some(a)) = (NonNull::new(pd), unsafe { attr.as_ref() }) else {
-        return err_ptr(EINVAL);
-    };
-    let args = srq_pool::CreateArgs {
-        req: policy::srq_pool::Request {
-            nr_srqs: a.nr_srqs,
-            srq_size: a.srq_size,
-            max_sge: a.max_sge,
-            buf_size: a.buf_size,
-            has_recv_done: a.recv_done.is_some(),
-        },
-        // SAFETY: The C contract: the callback may be called with the pool's SRQs, their
-        // completions and buffers and `ctx` until the pool is destroyed.
-        recv_done: a.recv_done.map(|f| unsafe { UlpRecvDone::new(f, a.ctx) }),
-    };
-    // SAFETY: `pd` is live and outlives the pool (the C contract).
-    let pd = unsafe { Pd::from_raw(pd.as_ptr()) };
-    match SrqPool::create(pd, args) {
-        Ok(p) => KBox::into_raw(p).cast(),
-        Err(e) => err_ptr(e),
-    }
-}
-
-/// Returns the pool behind a C handle.
-///
-/// # Safety
-///
-/// `pool` is null or a pool from `ibext_srq_pool_create` not yet destroyed.
-unsafe fn srq_pool<'a>(pool: *mut bindings::ibext_srq_pool) -> Option<&'a SrqPool> {
-    // SAFETY: The caller's guarantee; the handle is the pool itself.
-    unsafe { pool.cast::<SrqPool>().as_ref() }
-}
-
-/// C entry point of `ibext_srq_pool_get()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `pool` is null or a pool not yet destroyed.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_srq_pool_get(
-    pool: *mut bindings::ibext_srq_pool,
-    comp_vector_hint: c_int,
-) -> *mut bindings::ib_srq {
-    // SAFETY: The C contract.
-    let Some(pool) = (unsafe { srq_pool(pool) }) else {
-        return err_ptr(EINVAL);
-    };
-    match pool.get(comp_vector_hint) {
-        Ok(srq) => srq.as_raw(),
-        Err(e) => err_ptr(e),
-    }
-}
-
-/// C entry point of `ibext_srq_pool_put()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `pool` is null or a pool not yet destroyed.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_srq_pool_put(
-    pool: *mut bindings::ibext_srq_pool,
-    srq: *mut bindings::ib_srq,
-) {
-    // SAFETY: The C contract.
-    let Some(pool) = (unsafe { srq_pool(pool) }) else {
-        warn_on_once!(true, "ibext_srq_pool_put: NULL pool");
-        return;
-    };
-    pool.put(srq.cast_const().cast());
-}
-
-/// C entry point of `ibext_srq_pool_destroy()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `pool` is null or a pool not yet destroyed; after a 0 return it is gone.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_srq_pool_destroy(
-    pool: *mut bindings::ibext_srq_pool,
-) -> c_int {
-    if pool.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: The C contract: a live pool.
-    let p = unsafe { &*pool.cast::<SrqPool>() };
-    if let Err(e) = p.retire() {
-        return e.to_errno();
-    }
-    // SAFETY: The pool came from `KBox::into_raw` in `ibext_srq_pool_create`, is dead now, and the
-    // caller gives up its handle with this call.
-    drop(unsafe { KBox::from_raw(pool.cast::<SrqPool>()) });
-    0
-}
-
-/// C entry point of `ibext_dim_attach()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `cq` is null or a live CQ the caller owns.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_dim_attach(cq: *mut bindings::ib_cq) -> c_int {
-    if cq.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: `cq` is a live CQ the caller owns (the C contract).
-    match legacy_dim::attach(unsafe { UlpCq::from_raw(cq) }) {
-        Ok(()) => 0,
-        Err(e) => e.to_errno(),
-    }
-}
-
-/// C entry point of `ibext_dim_sample()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `cq` is null or a live CQ; not called concurrently with `ibext_dim_detach` on it.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_dim_sample(cq: *mut bindings::ib_cq, ncompleted: c_uint) {
-    if warn_on_once!(cq.is_null(), "ibext_dim_sample: NULL CQ") {
-        return;
-    }
-    // SAFETY: The C contract.
-    legacy_dim::sample(unsafe { UlpCq::from_raw(cq) }, ncompleted);
-}
-
-/// C entry point of `ibext_dim_detach()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `cq` is null or a live CQ whose sampling has stopped.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_dim_detach(cq: *mut bindings::ib_cq) {
-    if warn_on_once!(cq.is_null(), "ibext_dim_detach: NULL CQ") {
-        return;
-    }
-    // SAFETY: The C contract.
-    legacy_dim::detach(unsafe { UlpCq::from_raw(cq) });
-}
-
-/// C entry point of `ibext_dim_profile()`; see `include/rdma/ibext.h`.
-///
-/// # Safety
-///
-/// `cq` is null or a live CQ; `usec` and `comps` are null or valid for writes.
-#[no_mangle]
-pub(crate) unsafe extern "C" fn ibext_dim_profile(
-    cq: *mut bindings::ib_cq,
-    usec: *mut c_uint,
-    comps: *mut c_uint,
-) -> c_int {
-    if cq.is_null() || usec.is_null() || comps.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: `cq` is live (the C contract).
-    match legacy_dim::profile(unsafe { UlpCq::from_raw(cq) }) {
-        Ok((u, c)) => {
-            // SAFETY: Both are valid for writes (the C contract).
-            unsafe {
-                usec.write(u.into());
-                comps.write(c.into());
-            }
-            0
-        }
-        Err(e) => e.to_errno(),
     }
 }

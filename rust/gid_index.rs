@@ -41,7 +41,7 @@ use crate::{
     bindings,
     debugfs::{SeqFile, Show},
     ib::{
-        gid::{get_gid_attr, upstream_find_by_port, GidAttr, PerCpuCounters, RcuBox},
+        gid::{get_gid_attr, upstream_find_by_port, GidAttr, NdevPtr, PerCpuCounters, RcuBox},
         Device, RcuGuard,
     },
     ledger::{Kind, Token},
@@ -347,12 +347,7 @@ impl GidIndex {
     }
 
     /// Finds `key` on port `p`, as `rdma_find_gid_by_port` does.
-    fn find_on_port(
-        &self,
-        p: &Port,
-        key: &GidKey,
-        ndev: *mut bindings::net_device,
-    ) -> Result<GidAttr> {
+    fn find_on_port(&self, p: &Port, key: &GidKey, ndev: NdevPtr) -> Result<GidAttr> {
         if !p.indexed.load(Ordering::Acquire) {
             self.inc(Counter::Unindexed);
             return upstream_find_by_port(self.device(), key, p.num, ndev);
@@ -406,12 +401,7 @@ impl GidIndex {
 
     /// Finds `key` on `port`, or on every port in order (`None`), as `rdma_find_gid_by_port` and
     /// `rdma_find_gid` do.
-    pub(crate) fn find(
-        &self,
-        key: &GidKey,
-        port: Option<u32>,
-        ndev: *mut bindings::net_device,
-    ) -> Result<GidAttr> {
+    pub(crate) fn find(&self, key: &GidKey, port: Option<u32>, ndev: NdevPtr) -> Result<GidAttr> {
         for p in self
             .ports
             .iter()

@@ -82,17 +82,17 @@ impl GidAttr {
     }
 
     /// Returns the entry's netdev, as an identity only (never dereferenced).
-    pub(crate) fn ndev(&self) -> *mut bindings::net_device {
+    pub(crate) fn ndev(&self) -> NdevPtr {
         // SAFETY: The field is readable while the reference is held; ib_core reads it the same
         // way (without `rcu_dereference`) when it compares netdevs in `find_gid`.
-        unsafe { core::ptr::read_volatile(&self.attr().ndev) }
+        NdevPtr(unsafe { core::ptr::read_volatile(&self.attr().ndev) })
     }
 
-    /// Returns whether this entry answers a lookup of `key`, with `ndev` (null: any netdev).
-    pub(crate) fn matches(&self, key: &GidKey, ndev: *mut bindings::net_device) -> bool {
+    /// Returns whether this entry answers a lookup of `key`, with `ndev` (none: any netdev).
+    pub(crate) fn matches(&self, key: &GidKey, ndev: NdevPtr) -> bool {
         self.gid() == key.gid
             && self.gid_type() == key.gid_type
-            && (ndev.is_null() || self.ndev() == ndev)
+            && (ndev.is_any() || self.ndev() == ndev)
     }
 }
 
@@ -100,6 +100,31 @@ impl Drop for GidAttr {
     fn drop(&mut self) {
         // SAFETY: We hold one reference (type invariant) and give it back once.
         unsafe { bindings::rdma_put_gid_attr(self.0.as_ptr()) };
+    }
+}
+
+/// A netdev's address, as a lookup compares it (null: any netdev); never dereferenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NdevPtr(*mut bindings::net_device);
+
+// SAFETY: An address that is only compared and passed to ib_core's searches.
+unsafe impl Send for NdevPtr {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for NdevPtr {}
+
+impl NdevPtr {
+    /// Any netdev.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) const ANY: Self = NdevPtr(core::ptr::null_mut());
+
+    /// Wraps an address from a caller (nothing is assumed of it).
+    pub(crate) fn from_raw(ndev: *mut bindings::net_device) -> Self {
+        NdevPtr(ndev)
+    }
+
+    /// Returns whether this matches any netdev.
+    pub(crate) fn is_any(self) -> bool {
+        self.0.is_null()
     }
 }
 
@@ -115,7 +140,7 @@ pub(crate) fn upstream_find_by_port(
     dev: &Device,
     key: &GidKey,
     port: u32,
-    ndev: *mut bindings::net_device,
+    ndev: NdevPtr,
 ) -> Result<GidAttr> {
     let gid = bindings::ib_gid { raw: key.gid };
     // SAFETY: `dev` is registered (`Device` invariant) and `gid` outlives the call; `ndev` is
@@ -126,17 +151,13 @@ pub(crate) fn upstream_find_by_port(
             &gid,
             key.gid_type,
             port,
-            ndev,
+            ndev.0,
         ))
     }
 }
 
 /// ib_core's own search of every port: `rdma_find_gid`.
-pub(crate) fn upstream_find(
-    dev: &Device,
-    key: &GidKey,
-    ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
+pub(crate) fn upstream_find(dev: &Device, key: &GidKey, ndev: NdevPtr) -> Result<GidAttr> {
     let gid = bindings::ib_gid { raw: key.gid };
     // SAFETY: As in `upstream_find_by_port`.
     unsafe {
@@ -144,7 +165,7 @@ pub(crate) fn upstream_find(
             dev.as_raw(),
             &gid,
             key.gid_type,
-            ndev,
+            ndev.0,
         ))
     }
 }

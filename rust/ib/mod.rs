@@ -9,6 +9,7 @@
 //! listed in Documentation/ibext.rst) are moving here.
 
 pub(crate) mod bindings;
+pub(crate) mod capi;
 pub(crate) mod client;
 pub(crate) mod cq;
 pub(crate) mod debugfs;

@@ -8,10 +8,11 @@ use super::{
     traffic::Loopback,
 };
 use crate::{
-    api::{ibext_cq_pool_get, ibext_cq_pool_put, PooledCq},
+    api::PooledCq,
     bindings, client,
     cq_engine::PollCtx,
     device::DeviceState,
+    ib::capi::{ibext_cq_pool_get, ibext_cq_pool_put},
     kunit::{
         bad_input_ok, expect_kernel_warning, kassert, kassert_eq, kunit_suite, Failed, TestResult,
     },

@@ -9,9 +9,10 @@
 use super::guest::cqp;
 use super::{guest::DeviceRef, traffic::Loopback};
 use crate::{
-    api::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample, PooledCq},
+    api::PooledCq,
     bindings, client,
     cq_engine::{CqEngine, PollCtx},
+    ib::capi::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample},
     ib::cq::UlpCq,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},

@@ -15,9 +15,10 @@ use super::guest::{
     self, debugfs_exists, link_add_with_fail_nth, link_delete, restore_links, DeviceRef,
 };
 use crate::{
-    api::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy, PooledCq},
+    api::PooledCq,
     bindings, client,
     cq_engine::PollCtx,
+    ib::capi::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy},
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
     policy::moderation::Moderation,

@@ -8,12 +8,13 @@
 //! way it does in production (netdev events, `roce_gid_mgmt`).
 
 use super::guest::{msleep, required, run, wait_for, DeviceRef};
+use crate::ib::gid::NdevPtr;
 use crate::{
-    api::{self, ibext_find_gid, ibext_find_gid_by_port},
-    bindings,
+    api, bindings,
     client::device_state,
     device::DeviceState,
     gid_index::Counter,
+    ib::capi::{ibext_find_gid, ibext_find_gid_by_port},
     ib::gid::GidAttr,
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
@@ -84,7 +85,7 @@ enum Found {
         port: u32,
         index: u32,
         gid_type: u32,
-        ndev: usize,
+        ndev: NdevPtr,
     },
     Err(i32),
 }
@@ -96,14 +97,14 @@ fn found(r: Result<GidAttr>) -> Found {
             port: a.port(),
             index: a.index(),
             gid_type: a.gid_type(),
-            ndev: a.ndev() as usize,
+            ndev: a.ndev(),
         },
         Err(e) => Found::Err(e.to_errno()),
     }
 }
 
 /// Compares ibext with ib_core for `key` on `dev`: every port and each port, with `ndev` or any.
-fn compare(dev: &Device, key: &GidKey, ndev: *mut bindings::net_device) -> TestResult {
+fn compare(dev: &Device, key: &GidKey, ndev: NdevPtr) -> TestResult {
     let ours = found(api::gid_find(dev, key, None, ndev));
     let theirs = found(crate::ib::gid::upstream_find(dev, key, ndev));
     kassert_eq!(ours, theirs, "rdma_find_gid of {:?}", key);
@@ -203,21 +204,21 @@ fn equal_on_both() -> TestResult {
         let others = [rxe0.device(), rxe1.device()];
         for a in entries.iter() {
             let key = key_of(a);
-            compare(dev, &key, core::ptr::null_mut())?;
+            compare(dev, &key, NdevPtr::ANY)?;
             compare(dev, &key, a.ndev())?;
             // The same GID with the other RoCE type, and on the other device.
             for t in TYPES {
-                compare(dev, &GidKey { gid_type: t, ..key }, core::ptr::null_mut())?;
+                compare(dev, &GidKey { gid_type: t, ..key }, NdevPtr::ANY)?;
             }
             for other in others {
-                compare(other, &key, core::ptr::null_mut())?;
+                compare(other, &key, NdevPtr::ANY)?;
             }
             // Absent: the GID with its last byte changed and with a foreign prefix.
             let mut absent = key;
             absent.gid[15] ^= 0xa5;
-            compare(dev, &absent, core::ptr::null_mut())?;
+            compare(dev, &absent, NdevPtr::ANY)?;
             absent.gid[0] = 0x3f;
-            compare(dev, &absent, core::ptr::null_mut())?;
+            compare(dev, &absent, NdevPtr::ANY)?;
         }
         let hits = state.gid_index().count(Counter::Hits) - hits;
         {
@@ -250,7 +251,7 @@ fn all_addrs(
                 gid: addr_gid(net, h),
                 gid_type: t,
             };
-            if !pred(api::gid_find(dev, &key, None, core::ptr::null_mut()), &key) {
+            if !pred(api::gid_find(dev, &key, None, NdevPtr::ANY), &key) {
                 return false;
             }
         }
@@ -346,7 +347,7 @@ fn unindexed_lookups(
                 gid: addr_gid(net, h),
                 gid_type: t,
             };
-            compare(dev, &key, core::ptr::null_mut())?;
+            compare(dev, &key, NdevPtr::ANY)?;
         }
     }
     kassert_eq!(ip_addrs("del", net, hosts.clone(), "veth0")?, 0);
@@ -407,7 +408,7 @@ fn look(dev: &Device, net: u16, hosts: u16, seed: u32, stop: &AtomicBool, tally:
             unsafe { bindings::ibext_shim_rcu_read_lock() };
         }
         let port = if seed % 2 == 0 { None } else { Some(1) };
-        let r = api::gid_find(dev, &key, port, core::ptr::null_mut());
+        let r = api::gid_find(dev, &key, port, NdevPtr::ANY);
         if atomic {
             // SAFETY: Paired with the lock above.
             unsafe { bindings::ibext_shim_rcu_read_unlock() };
@@ -637,7 +638,7 @@ impl Finder {
                         core::ptr::null_mut(),
                     ))
                 },
-                Finder::Upstream => crate::ib::gid::upstream_find(dev, key, core::ptr::null_mut()),
+                Finder::Upstream => crate::ib::gid::upstream_find(dev, key, NdevPtr::ANY),
                 Finder::QueryLoop => query_loop(dev, key),
             };
             if found.is_ok() {

@@ -218,3 +218,10 @@ pub(crate) fn pooled_cqs_on(name: &CStr) -> usize {
 pub(crate) fn cqp(cq: *mut crate::bindings::ib_cq) -> Option<crate::ib::cq::CqPtr> {
     crate::ib::cq::CqPtr::from_raw(cq)
 }
+
+impl crate::api::PooledCq {
+    /// Returns the CQ's raw pointer, for the tests' verbs calls.
+    pub(crate) fn as_raw(&self) -> *mut crate::bindings::ib_cq {
+        self.cq().as_raw()
+    }
+}

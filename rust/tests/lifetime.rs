@@ -12,11 +12,11 @@
 
 use super::guest::{link_delete, msleep, required, restore_links, DeviceRef};
 use crate::{
-    api::{
+    bindings,
+    ib::capi::{
         ibext_cq_pool_get, ibext_cq_pool_put, ibext_find_gid, ibext_srq_pool_create,
         ibext_srq_pool_destroy,
     },
-    bindings,
     ib::gid::get_gid_attr,
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},

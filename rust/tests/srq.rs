@@ -8,12 +8,12 @@ use super::{
     stream::now_ns,
 };
 use crate::{
-    api::{
-        ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_put,
-        PooledCq,
-    },
+    api::PooledCq,
     bindings,
     cq_engine::PollCtx,
+    ib::capi::{
+        ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_put,
+    },
     ib::srq::{eopnotsupp, Pd as PdView},
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
