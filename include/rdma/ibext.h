@@ -17,7 +17,9 @@
  * @IBEXT_MODERATION_DIM: dynamic interrupt moderation with the kernel's
  *	lib/dim (rdma_dim()): the device's modify_cq applies the chosen profile
  *	where it has one; otherwise ibext applies it in software, deferring the
- *	next poll instead of re-arming.  The default of ibext_cq_pool_get().
+ *	next poll instead of re-arming.  The default of ibext_cq_pool_get() on
+ *	devices that set use_cq_dim (as for upstream's ib_cq_pool_get());
+ *	elsewhere its default is IBEXT_MODERATION_NONE.
  * @IBEXT_MODERATION_ADAPTIVE: NAPI-like: interrupt mode at low load, polling
  *	without re-arming at high load (see Documentation/ibext.rst)
  *
@@ -80,7 +82,9 @@ struct ib_cq *ibext_cq_pool_get(struct ib_device *dev, unsigned int nr_cqe,
  * @dev: the RDMA device the CQ is for
  * @attr: what is asked for (see struct ibext_cq_attr)
  *
- * ibext_cq_pool_get() is this with @attr->moderation IBEXT_MODERATION_DIM.
+ * ibext_cq_pool_get() is this with @attr->moderation IBEXT_MODERATION_DIM if
+ * @dev->use_cq_dim is set, IBEXT_MODERATION_NONE otherwise: upstream's
+ * ib_cq_pool_get() behaviour.
  *
  * Context: process context; may sleep.
  * Return: as ibext_cq_pool_get(); also -EINVAL for a NULL @attr or an

@@ -93,6 +93,13 @@ impl Device {
         unsafe { &(*self.as_raw()).attrs }
     }
 
+    /// Returns whether the driver asks for DIM on the CQs ib_core allocates for it
+    /// (`use_cq_dim`; `ib_alloc_cq` and so `ib_cq_pool_get` use DIM only then).
+    pub(crate) fn use_cq_dim(&self) -> bool {
+        // SAFETY: Set by the driver before registration and constant while registered.
+        unsafe { (*self.as_raw()).use_cq_dim() != 0 }
+    }
+
     /// Returns whether the driver can moderate CQ events itself (`modify_cq`).
     pub(crate) fn has_modify_cq(&self) -> bool {
         // SAFETY: The ops are set before registration and constant while registered.

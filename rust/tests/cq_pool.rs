@@ -123,6 +123,39 @@ fn traffic_unbound_workqueue() -> TestResult {
     traffic_in(PollCtx::UnboundWorkqueue)
 }
 
+/// `ibext_cq_pool_get()` moderates as upstream's `ib_cq_pool_get()` does: DIM only where the
+/// driver sets `use_cq_dim` (rxe does not; the test sets it on rxe0 for one get).
+fn default_moderation_follows_use_cq_dim() -> TestResult {
+    let (dev, _state) = rxe0()?;
+    let raw = dev.device().as_raw();
+    let get_one = || -> core::result::Result<Moderation, Failed> {
+        // SAFETY: rxe0 is registered and held by the test.
+        let cq = unsafe { ibext_cq_pool_get(raw, 4, 0, bindings::ib_poll_context_IB_POLL_SOFTIRQ) };
+        kassert!(
+            !kernel::error::from_err_ptr(cq).is_err(),
+            "get failed: {:?}",
+            cq
+        );
+        // SAFETY: A live CQ on which the test holds 4 entries until the put below.
+        let m = unsafe { crate::cq_engine::CqEngine::of_cq(cq) }.map(|e| e.moderation());
+        // SAFETY: The entries taken above.
+        unsafe { ibext_cq_pool_put(cq, 4) };
+        m.ok_or(Failed)
+    };
+    kassert!(
+        !dev.device().use_cq_dim(),
+        "rxe sets use_cq_dim now: the test needs a device without"
+    );
+    kassert_eq!(get_one()?, Moderation::None);
+    // SAFETY: Only ib_core's `ib_alloc_cq` and ibext read the flag; the test restores it.
+    unsafe { (*raw).set_use_cq_dim(1) };
+    let with = get_one();
+    // SAFETY: As above.
+    unsafe { (*raw).set_use_cq_dim(0) };
+    kassert_eq!(with?, Moderation::Dim);
+    Ok(())
+}
+
 /// Hints map to `hint % vectors`; negative hints round-robin over the device's vectors.
 fn vectors_follow_hints() -> TestResult {
     let (dev, state) = rxe0()?;
@@ -356,6 +389,7 @@ kunit_suite!(
     ibext_cq_pool,
     [
         bad_input_is_einval,
+        default_moderation_follows_use_cq_dim,
         vectors_follow_hints,
         traffic_softirq,
         traffic_workqueue,
