@@ -213,7 +213,7 @@ impl ClientData for DeviceState {
         let dev_ref = DeviceRef::try_get(dev).ok_or(ENODEV)?;
         let gid_index = GidIndex::new(dev)?;
         let state = Arc::pin_init(
-            pin_init!(Self {
+            try_pin_init!(Self {
                 dev: dev_ref,
                 comp_vectors,
                 inner <- new_mutex!(DeviceInner { name, dir: None }, "DeviceState::inner"),

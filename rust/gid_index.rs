@@ -38,9 +38,9 @@
 //! takes no lock of ibext's.
 
 use crate::{
-    bindings,
     debugfs::{SeqFile, Show},
     ib::{
+        event::{new_event_work, Event, EventWork, EventWorker},
         gid::{get_gid_attr, upstream_find_by_port, GidAttr, NdevPtr, PerCpuCounters, RcuBox},
         Device, RcuGuard,
     },
@@ -49,10 +49,9 @@ use crate::{
 };
 use core::{
     fmt::Write,
-    ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicU64, Ordering},
 };
-use kernel::{new_mutex, prelude::*, sync::Mutex, types::Opaque};
+use kernel::{new_mutex, prelude::*, sync::Mutex};
 
 /// The per-CPU counters of a [`GidIndex`], by index.
 #[derive(Clone, Copy)]
@@ -182,35 +181,34 @@ impl Port {
     }
 }
 
-/// The per-device GID index.
-///
-/// # Invariants
-///
-/// `handler` and `work` are initialized; `handler` is registered with ib_core exactly while
-/// `registered` is true.
-#[pin_data(PinnedDrop)]
-pub(crate) struct GidIndex {
-    dev: NonNull<bindings::ib_device>,
+/// What the per-device GID index keeps: its ports and counters.
+#[pin_data]
+pub(crate) struct Index {
     ports: KVec<Port>,
     counters: PerCpuCounters<NR_COUNTERS>,
-    #[pin]
-    handler: Opaque<bindings::ib_event_handler>,
-    #[pin]
-    work: Opaque<bindings::work_struct>,
-    registered: AtomicBool,
     #[pin]
     rescan: Mutex<()>,
 }
 
-// SAFETY: `dev` is used only through `Device` (Sync); the rest is atomics, per-CPU counters,
-// snapshots that never change once published, and state ib_core or the mutex protects.
-unsafe impl Send for GidIndex {}
-// SAFETY: As for `Send`.
-unsafe impl Sync for GidIndex {}
+/// The per-device GID index: [`Index`] with the GID change handler and the rescan work that
+/// keep it current.
+pub(crate) type GidIndex = EventWork<Index>;
+
+impl EventWorker for Index {
+    fn event(this: &GidIndex, ev: &Event) {
+        if let Some(port) = ev.gid_change_port() {
+            this.changed(port);
+        }
+    }
+
+    fn work(this: &GidIndex) {
+        this.rescan_pending();
+    }
+}
 
 impl GidIndex {
     /// Makes the index of `dev`, empty; [`GidIndex::start`] fills it once it is pinned.
-    pub(crate) fn new(dev: &Device) -> Result<impl PinInit<Self>> {
+    pub(crate) fn new(dev: &Device) -> Result<impl PinInit<Self, Error>> {
         let mut ports = KVec::new();
         for num in dev.port_range() {
             ports.push(
@@ -227,38 +225,24 @@ impl GidIndex {
             )?;
         }
         let counters = PerCpuCounters::new()?;
-        let raw = dev.as_raw();
-        let dev: NonNull<bindings::ib_device> = NonNull::from(dev).cast();
-        Ok(pin_init!(Self {
+        new_event_work!(
             dev,
-            ports,
-            counters,
-            // SAFETY: Only initializes the memory it is given.
-            handler <- Opaque::ffi_init(|h| unsafe {
-                bindings::ibext_shim_init_event_handler(h, raw, Some(gid_event))
-            }),
-            // SAFETY: As above.
-            work <- Opaque::ffi_init(|w| unsafe {
-                crate::ib::init_work!(w, rescan_work, "ibext_gid_rescan")
-            }),
-            registered: AtomicBool::new(false),
-            rescan <- new_mutex!((), "GidIndex::rescan"),
-        }))
-    }
-
-    fn device(&self) -> &Device {
-        // SAFETY: The index lives in the device's state, which exists only while the device is
-        // registered (`DeviceState` invariant).
-        unsafe { Device::from_raw(self.dev.as_ptr()) }
+            "ibext_gid_rescan",
+            pin_init!(Index {
+                ports,
+                counters,
+                rescan <- new_mutex!((), "GidIndex::rescan"),
+            })
+        )
     }
 
     fn inc(&self, c: Counter) {
-        self.counters.inc(c as usize);
+        self.data().counters.inc(c as usize);
     }
 
     /// Returns the sum of counter `c` over every CPU.
     pub(crate) fn count(&self, c: Counter) -> u64 {
-        self.counters.sum(c as usize)
+        self.data().counters.sum(c as usize)
     }
 
     /// Registers for GID change events and builds every port's snapshot (the client's `add`).
@@ -266,20 +250,17 @@ impl GidIndex {
     /// A scan that cannot allocate does not fail the device: its port has no snapshot, lookups
     /// there fall back to ib_core, and each such lookup asks for the rescan again.
     pub(crate) fn start(&self) {
-        for p in self.ports.iter() {
+        for p in self.data().ports.iter() {
             p.requested.fetch_add(1, Ordering::AcqRel);
         }
-        // SAFETY: `handler` is initialized (type invariant) and pinned inside the device state,
-        // which outlives the registration: `stop` runs before the state is dropped.
-        unsafe { bindings::ib_register_event_handler(self.handler.get()) };
-        self.registered.store(true, Ordering::Release);
+        self.register();
         self.rescan_pending();
     }
 
     /// Tests only: mirrors port `num` or not (the path of IB and iWARP ports, which are not).
     #[cfg(ibext_kunit)]
     pub(crate) fn test_set_indexed(&self, num: u32, indexed: bool) {
-        for p in self.ports.iter().filter(|p| p.num == num) {
+        for p in self.data().ports.iter().filter(|p| p.num == num) {
             p.indexed.store(indexed, Ordering::Release);
         }
         if indexed {
@@ -291,34 +272,27 @@ impl GidIndex {
     /// Stops following the device's GID changes (the client's `remove`). Lookups still work
     /// until the state is dropped: a miss then falls back to ib_core.
     pub(crate) fn stop(&self) {
-        if self.registered.swap(false, Ordering::AcqRel) {
-            // SAFETY: Registered in `start` (type invariant). This waits for a handler that is
-            // running.
-            unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
-        }
-        // SAFETY: `work` is initialized (type invariant). Events no longer queue it; a lookup
-        // that falls back may still queue it until the state is unpublished, so `PinnedDrop`
-        // calls `stop` again once no lookup can reach the index, and that cancel is final.
-        unsafe { bindings::cancel_work_sync(self.work.get()) };
+        self.unregister();
+        // Events no longer queue the work; a lookup that falls back may still queue it until
+        // the state is unpublished, and dropping the index cancels it for good.
+        self.cancel();
     }
 
     /// Called by the event handler: port `num`'s table changed.
     fn changed(&self, num: u32) {
-        for p in self.ports.iter().filter(|p| p.num == num) {
+        for p in self.data().ports.iter().filter(|p| p.num == num) {
             p.requested.fetch_add(1, Ordering::AcqRel);
         }
-        // SAFETY: `work` is initialized (type invariant) and cancelled by `stop` before the
-        // index goes away.
-        unsafe { bindings::ibext_shim_queue_work_unbound(self.work.get()) };
+        self.queue();
     }
 
     /// Rescans every port whose snapshot is behind its events. Returns the number of ports that
     /// could not be rescanned (out of memory); their old snapshot stays, and lookups that miss
     /// there fall back to ib_core until a later rescan succeeds.
     fn rescan_pending(&self) -> usize {
-        let _guard = self.rescan.lock();
+        let _guard = self.data().rescan.lock();
         let mut failed = 0;
-        for p in self.ports.iter() {
+        for p in self.data().ports.iter() {
             let want = p.requested.load(Ordering::Acquire);
             if want == p.done.load(Ordering::Acquire) || !p.indexed.load(Ordering::Acquire) {
                 continue;
@@ -389,9 +363,7 @@ impl GidIndex {
             if snap_gen < requested {
                 // A rescan that could not allocate is retried by lookups that need it (queueing
                 // work is allowed in atomic context, and a no-op while it is queued).
-                // SAFETY: `work` is initialized and cancelled by `stop`, after which no lookup
-                // reaches the index (it is unpublished first).
-                unsafe { bindings::ibext_shim_queue_work_unbound(self.work.get()) };
+                self.queue();
             }
             return upstream_find_by_port(self.device(), key, p.num, ndev);
         }
@@ -403,6 +375,7 @@ impl GidIndex {
     /// `rdma_find_gid` do.
     pub(crate) fn find(&self, key: &GidKey, port: Option<u32>, ndev: NdevPtr) -> Result<GidAttr> {
         for p in self
+            .data()
             .ports
             .iter()
             .filter(|p| port.map_or(true, |n| n == p.num))
@@ -418,59 +391,22 @@ impl GidIndex {
     /// Returns whether every port's snapshot reflects every GID change announced so far.
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn current(&self) -> bool {
-        self.ports.iter().all(Port::current)
+        self.data().ports.iter().all(Port::current)
     }
 
     /// Calls `f` with port `num`'s snapshot bitmap of valid indices, if it has a snapshot.
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn with_valid<R>(&self, num: u32, f: impl FnOnce(&[u64]) -> R) -> Option<R> {
-        let p = self.ports.iter().find(|p| p.num == num)?;
+        let p = self.data().ports.iter().find(|p| p.num == num)?;
         let rcu = RcuGuard::new();
         p.snapshot.get(&rcu).map(|s| f(&s.valid))
     }
 }
 
-#[pinned_drop]
-impl PinnedDrop for GidIndex {
-    fn drop(self: Pin<&mut Self>) {
-        // The snapshots go with their `RcuBox`es: no lookup can reach the index any more.
-        self.stop();
-    }
-}
-
-/// ib_core's event handler.
-///
-/// # Safety
-///
-/// Called by ib_core only, with the handler registered in [`GidIndex::start`].
-unsafe extern "C" fn gid_event(h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
-    // SAFETY: `h` is the `handler` field of a live `GidIndex` (registered only there, and
-    // unregistered before it is dropped); `Opaque<T>` has the layout of `T`.
-    let index = unsafe { &*kernel::container_of!(h, GidIndex, handler) };
-    // SAFETY: ib_core passes a valid event.
-    let ev = unsafe { &*ev };
-    if ev.event == bindings::ib_event_type_IB_EVENT_GID_CHANGE {
-        // SAFETY: GID change events name a port.
-        index.changed(unsafe { ev.element.port_num });
-    }
-}
-
-/// The rescan work item.
-///
-/// # Safety
-///
-/// Called by the workqueue only, for the `work` of a live `GidIndex`.
-unsafe extern "C" fn rescan_work(w: *mut bindings::work_struct) {
-    // SAFETY: `w` is the `work` field of a live `GidIndex`: `stop` cancels it before the index is
-    // dropped.
-    let index = unsafe { &*kernel::container_of!(w, GidIndex, work) };
-    index.rescan_pending();
-}
-
 impl Show for GidIndex {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         {
-            for p in self.ports.iter() {
+            for p in self.data().ports.iter() {
                 let (entries, slots) = {
                     let rcu = RcuGuard::new();
                     p.snapshot

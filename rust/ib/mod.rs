@@ -14,6 +14,7 @@ pub(crate) mod client;
 pub(crate) mod cq;
 pub(crate) mod debugfs;
 pub(crate) mod dim;
+pub(crate) mod event;
 pub(crate) mod gid;
 pub(crate) mod polled_cq;
 pub(crate) mod srq;

@@ -132,7 +132,7 @@ fn default_moderation_follows_use_cq_dim() -> TestResult {
         // SAFETY: rxe0 is registered and held by the test.
         let cq = unsafe { ibext_cq_pool_get(raw, 4, 0, bindings::ib_poll_context_IB_POLL_SOFTIRQ) };
         kassert!(
-            !kernel::error::from_err_ptr(cq).is_err(),
+            kernel::error::from_err_ptr(cq).is_ok(),
             "get failed: {:?}",
             cq
         );
