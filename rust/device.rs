@@ -19,7 +19,6 @@
 //! held across a debugfs removal, because removal waits for readers of the device's files.
 
 use crate::{
-    bindings,
     cq_pool::{CqPools, Home},
     debugfs::{Dir, SeqFile, Show, ShowFile},
     gid_index::GidIndex,
@@ -40,7 +39,7 @@ use kernel::{
 };
 
 /// Length of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
-const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
+const NAME_MAX: usize = crate::ib::DEVICE_NAME_MAX;
 
 /// A copy of a device name, NUL-terminated.
 #[derive(Clone, Copy)]
@@ -57,9 +56,9 @@ impl DevName {
 
     fn as_cstr(&self) -> &CStr {
         let len = self.0.iter().position(|&b| b == 0).unwrap_or(NAME_MAX - 1);
-        // SAFETY: `self.0[len]` is NUL (found above, or the last byte, which `new` never writes)
-        // and no byte before it is.
-        unsafe { CStr::from_bytes_with_nul_unchecked(&self.0[..=len]) }
+        // `self.0[len]` is NUL (found above, or the last byte, which `new` never writes), so
+        // the check cannot fail.
+        CStr::from_bytes_with_nul(&self.0[..=len]).unwrap_or(c_str!(""))
     }
 }
 
@@ -67,9 +66,29 @@ impl DevName {
 struct DeviceInner {
     /// The device's name, as last told by ib_core.
     name: DevName,
-    /// `/sys/kernel/debug/ibext/<dev>/`; taken out and dropped outside the lock on removal
-    /// (or with the state, if SRQ pools, whose directories are inside it, outlive `remove`).
+    /// `/sys/kernel/debug/ibext/<dev>/`, until `remove` lets go of it (SRQ pools still alive
+    /// keep it through their own directories inside it).
     dir: Option<Dir>,
+    /// The state's files in `dir`; they hold the state, so `remove` drops them.
+    files: Option<DevFiles>,
+}
+
+/// The debugfs files of a device's state.
+struct DevFiles {
+    _state: ShowFile<DeviceState, DeviceState>,
+    _cq_pools: ShowFile<DeviceState, CqPools>,
+    _gid_index: ShowFile<DeviceState, GidIndex>,
+}
+
+impl DevFiles {
+    /// Makes `state`, `cq_pools` and `gid_index` in `dir`.
+    fn new(dir: &Dir, state: &Arc<DeviceState>) -> Result<Self> {
+        Ok(DevFiles {
+            _state: ShowFile::new(dir, c_str!("state"), state.clone(), |s| s)?,
+            _cq_pools: ShowFile::new(dir, c_str!("cq_pools"), state.clone(), |s| &s.cq_pools)?,
+            _gid_index: ShowFile::new(dir, c_str!("gid_index"), state.clone(), |s| &s.gid_index)?,
+        })
+    }
 }
 
 /// What keeps the state and its device alive while pooled CQs are in use after `remove`.
@@ -94,15 +113,9 @@ pub(crate) struct DeviceState {
     #[pin]
     inner: Mutex<DeviceInner>,
     #[pin]
-    state_file: ShowFile<DeviceState>,
-    #[pin]
     cq_pools: CqPools,
     #[pin]
-    cq_pools_file: ShowFile<CqPools>,
-    #[pin]
     gid_index: GidIndex,
-    #[pin]
-    gid_index_file: ShowFile<GidIndex>,
     /// SRQ pools ULPs made on the device and have not destroyed yet.
     srq_pools: AtomicUsize,
     /// Set while pooled CQs are in use after `remove`.
@@ -110,12 +123,6 @@ pub(crate) struct DeviceState {
     cq_keep: SpinLock<Option<CqKeep>>,
     _token: Token,
 }
-
-// SAFETY: `dev` is only used through `Device`, which is `Sync`; the rest is protected by `inner`
-// or immutable.
-unsafe impl Send for DeviceState {}
-// SAFETY: As for `Send`.
-unsafe impl Sync for DeviceState {}
 
 impl DeviceState {
     /// Destroys the pooled CQs left after retirement and returns what kept the state alive, for
@@ -216,12 +223,16 @@ impl ClientData for DeviceState {
             try_pin_init!(Self {
                 dev: dev_ref,
                 comp_vectors,
-                inner <- new_mutex!(DeviceInner { name, dir: None }, "DeviceState::inner"),
-                state_file <- ShowFile::new(),
+                inner <- new_mutex!(
+                    DeviceInner {
+                        name,
+                        dir: None,
+                        files: None,
+                    },
+                    "DeviceState::inner"
+                ),
                 cq_pools <- CqPools::new(),
-                cq_pools_file <- ShowFile::new(),
                 gid_index <- gid_index,
-                gid_index_file <- ShowFile::new(),
                 srq_pools: AtomicUsize::new(0),
                 cq_keep <- new_spinlock!(None, "DeviceState::cq_keep"),
                 _token: Token::new(Kind::DeviceState),
@@ -233,23 +244,13 @@ impl ClientData for DeviceState {
         state.gid_index.start();
 
         let dir = Dir::new_in_root(name.as_cstr());
-        // SAFETY: The contents of an `Arc` never move, so `state_file` is pinned, and it lives as
-        // long as `*state`. The directory holding the file is dropped in `remove`, while the
-        // client data still holds a reference to `*state`.
-        unsafe {
-            Pin::new_unchecked(&state.state_file).create(c_str!("state"), &dir, &*state);
-            Pin::new_unchecked(&state.cq_pools_file).create(
-                c_str!("cq_pools"),
-                &dir,
-                &state.cq_pools,
-            );
-            Pin::new_unchecked(&state.gid_index_file).create(
-                c_str!("gid_index"),
-                &dir,
-                &state.gid_index,
-            );
+        // A file that cannot be made is not an error (as for debugfs itself).
+        let files = DevFiles::new(&dir, &state).ok();
+        {
+            let mut inner = state.inner.lock();
+            inner.dir = Some(dir);
+            inner.files = files;
         }
-        state.inner.lock().dir = Some(dir);
         pr_debug!("attached to {}\n", name.as_cstr());
         Ok(state)
     }
@@ -283,19 +284,20 @@ impl ClientData for DeviceState {
         // No rescan runs or starts after this; the index is unreachable (unpublished).
         this.gid_index.stop();
         // Dropped outside the lock: removal waits for readers, which may be in `show`. SRQ
-        // pools still alive keep their directories inside this one: it then goes with the
-        // state, after the last of them.
+        // pools still alive keep the directory (their own are inside it) until they go.
         let pools = this.srq_pools.load(Ordering::Acquire);
-        let dir = if pools == 0 {
-            this.inner.lock().dir.take()
-        } else {
+        if pools != 0 {
             pr_info!(
                 "{}: {} SRQ pool(s) still in use at removal: kept until destroyed\n",
                 dev.name(),
                 pools
             );
-            None
+        }
+        let (files, dir) = {
+            let mut inner = this.inner.lock();
+            (inner.files.take(), inner.dir.take())
         };
+        drop(files);
         drop(dir);
         pr_debug!("detached from {}\n", dev.name());
         drop(keep);

@@ -30,9 +30,9 @@ use ib::{bindings, client, debugfs, warn};
 #[cfg(ibext_kunit)]
 use tests::kunit;
 
-use core::{fmt::Write, pin::Pin};
+use core::fmt::Write;
 use debugfs::{RootDir, SeqFile, Show, ShowFile};
-use kernel::{c_str, prelude::*};
+use kernel::{c_str, prelude::*, sync::Arc};
 use warn::warn_on_once;
 
 module! {
@@ -63,8 +63,6 @@ impl Show for LedgerView {
     }
 }
 
-static LEDGER_VIEW: LedgerView = LedgerView;
-
 /// The module object. Fields drop in order: the client first (every device's state, with its
 /// pooled CQs, is torn down), then the completion workqueues, then the debugfs root, then the
 /// file the root showed.
@@ -72,20 +70,14 @@ struct Ibext {
     client: Option<client::Registration>,
     _wqs: cq_engine::Workqueues,
     _root: RootDir,
-    _objects: Pin<KBox<ShowFile<LedgerView>>>,
+    _objects: ShowFile<LedgerView, LedgerView>,
 }
 
 impl kernel::Module for Ibext {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let root = RootDir::new();
-        let objects = KBox::pin_init(ShowFile::new(), GFP_KERNEL)?;
-        // SAFETY: `objects` is pinned in its box and dropped after `root`, which removes the
-        // file; `LEDGER_VIEW` is a static.
-        unsafe {
-            objects
-                .as_ref()
-                .create(c_str!("objects"), root.dir(), &LEDGER_VIEW)
-        };
+        let view = Arc::new(LedgerView, GFP_KERNEL)?;
+        let objects = ShowFile::new(root.dir(), c_str!("objects"), view, |v| v)?;
         let wqs = cq_engine::Workqueues::new()?;
         let client = client::Registration::new()?;
         pr_info!("loaded\n");

@@ -34,7 +34,7 @@
 //! `DeviceState::inner` is taken, alone, only to make the pool's debugfs directory.
 
 use crate::{
-    debugfs::{SeqFile, Show, ShowDir},
+    debugfs::{SeqFile, Show, ShowFile},
     device::DeviceState,
     ib::{
         fault_point,
@@ -109,8 +109,9 @@ pub(crate) struct Core {
 
 /// An SRQ pool: its [`Core`] and the debugfs directory that shows it.
 pub(crate) struct SrqPool {
-    /// Declared first: removed, waiting for readers, before the core goes.
-    _dir: Option<ShowDir<Core>>,
+    /// Declared first: removed, waiting for readers, before the core goes (the file keeps its
+    /// directory, which keeps the device's).
+    _file: Option<ShowFile<Core, Core>>,
     core: Arc<Core>,
 }
 
@@ -177,17 +178,17 @@ impl SrqPool {
             }),
             GFP_KERNEL,
         )?;
-        let dir = core.publish_debugfs();
-        Ok(KBox::new(SrqPool { _dir: dir, core }, GFP_KERNEL)?)
+        let file = core.publish_debugfs();
+        Ok(KBox::new(SrqPool { _file: file, core }, GFP_KERNEL)?)
     }
 }
 
 impl Core {
     /// Makes `srq_pool.<id>/stats` in the device's debugfs directory.
-    fn publish_debugfs(self: &Arc<Self>) -> Option<ShowDir<Core>> {
+    fn publish_debugfs(self: &Arc<Self>) -> Option<ShowFile<Core, Core>> {
         let name = CString::try_from_fmt(fmt!("srq_pool.{}", self.id)).ok()?;
         let dir = self.counted.0.new_subdir(&name)?;
-        ShowDir::new(dir, c_str!("stats"), self.clone()).ok()
+        ShowFile::new(&dir, c_str!("stats"), self.clone(), |c| c).ok()
     }
 
     /// Takes a reference to an SRQ for a QP on completion vector `hint`.

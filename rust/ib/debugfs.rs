@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Owned debugfs directories and read-only files rendered by Rust.
+//! debugfs directories and read-only files rendered by Rust, whose lifetimes follow their users.
+//!
+//! A [`Dir`] is shared: its subdirectories and files hold it, and it is removed when the last
+//! holder lets go, so a directory never goes before what is inside it (an SRQ pool that outlives
+//! ibext's `remove` keeps its device's directory). A [`ShowFile`] holds the object it renders
+//! (an `Arc`) and removes itself when dropped, waiting for readers still inside its callback
+//! (debugfs's file proxy), before it lets go of the object: no order of drops can leave a file
+//! rendering freed memory.
 //!
 //! debugfs failures are not errors for ibext (as for the rest of the kernel): a directory that
 //! could not be made is kept as the error pointer debugfs returned, and every debugfs call
@@ -10,41 +17,57 @@ use crate::bindings;
 use core::{
     ffi::c_void,
     fmt,
-    marker::PhantomPinned,
-    pin::Pin,
     sync::atomic::{AtomicPtr, Ordering},
 };
 use kernel::{
     c_str, error::from_result, ffi::c_int, prelude::*, str::CStr, sync::Arc, types::Opaque,
 };
 
-/// A debugfs directory, removed with everything in it when dropped.
+/// A dentry that ibext made and removes when dropped.
 ///
 /// # Invariants
 ///
-/// `self.0` is either a dentry returned by `debugfs_create_dir` that nothing else removes, or an
-/// error pointer returned by it.
-pub(crate) struct Dir(*mut bindings::dentry);
+/// `self.0` is a dentry made by debugfs that nothing else removes, or an error pointer.
+struct Dentry(*mut bindings::dentry);
 
-// SAFETY: A dentry may be used and removed from any thread; `Dir` only passes it to debugfs.
-unsafe impl Send for Dir {}
-// SAFETY: `&Dir` only allows making children and renaming, which debugfs serializes itself.
-unsafe impl Sync for Dir {}
+// SAFETY: A dentry may be used and removed from any thread; `Dentry` only passes it to debugfs.
+unsafe impl Send for Dentry {}
+// SAFETY: `&Dentry` only allows making children and renaming, which debugfs serializes itself.
+unsafe impl Sync for Dentry {}
+
+impl Drop for Dentry {
+    fn drop(&mut self) {
+        // SAFETY: Ours (type invariant), or an error pointer, which debugfs ignores. Removal
+        // waits for readers still inside a file's callbacks.
+        unsafe { bindings::debugfs_remove(self.0) };
+    }
+}
+
+/// A directory's dentry and the parent it keeps.
+struct DirNode {
+    /// Declared first: removed before the parent is let go.
+    dentry: Dentry,
+    _parent: Option<Dir>,
+}
+
+/// A debugfs directory, removed (with anything still in it) when its last holder drops it.
+#[derive(Clone)]
+pub(crate) struct Dir(Option<Arc<DirNode>>);
 
 /// `/sys/kernel/debug/ibext`, while the module's [`RootDir`] exists; null otherwise.
 static ROOT: AtomicPtr<bindings::dentry> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The module's debugfs directory, `/sys/kernel/debug/ibext`.
 ///
-/// Owned by the module object, which drops it only after the client is unregistered, so every
-/// directory made with [`Dir::new_in_root`] is gone before the root is removed.
+/// Owned by the module object, which drops it only after the client is unregistered and every
+/// user of ibext is gone, so no directory made with [`Dir::new_in_root`] outlives it.
 pub(crate) struct RootDir(Dir);
 
 impl RootDir {
     /// Makes `/sys/kernel/debug/ibext` and publishes it for [`Dir::new_in_root`].
     pub(crate) fn new() -> Self {
         let dir = Dir::new(c_str!("ibext"), None);
-        ROOT.store(dir.0, Ordering::Release);
+        ROOT.store(dir.dentry(), Ordering::Release);
         RootDir(dir)
     }
 
@@ -66,38 +89,53 @@ impl Dir {
         let root = ROOT.load(Ordering::Acquire);
         // SAFETY: `name` is NUL-terminated; `root` is null, or the live root dentry (or an error
         // pointer), which outlives this directory (see `RootDir`).
-        // INVARIANT: the result is a new dentry owned by nobody else, or an error pointer.
-        Dir(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), root) })
+        let d = unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), root) };
+        // INVARIANT: a new dentry owned by nobody else, or an error pointer.
+        Self::wrap(Dentry(d), None)
     }
 
-    /// Makes a directory `name` under `parent`, or at the debugfs root.
+    /// Makes a directory `name` under `parent` (kept until this one goes), or at the root of
+    /// debugfs.
     pub(crate) fn new(name: &CStr, parent: Option<&Dir>) -> Self {
-        let parent = parent.map_or(core::ptr::null_mut(), |p| p.0);
-        // SAFETY: `name` is NUL-terminated; `parent` is null, a live dentry or an error pointer
-        // (the type invariant of `Dir`), all of which debugfs accepts.
-        // INVARIANT: the result is a new dentry owned by nobody else, or an error pointer.
-        Dir(unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), parent) })
+        let p = parent.map_or(core::ptr::null_mut(), Dir::dentry);
+        // SAFETY: `name` is NUL-terminated; `p` is null, a live dentry or an error pointer, all of
+        // which debugfs accepts.
+        let d = unsafe { bindings::debugfs_create_dir(name.as_char_ptr(), p) };
+        // INVARIANT: a new dentry owned by nobody else, or an error pointer.
+        Self::wrap(Dentry(d), parent.cloned())
+    }
+
+    /// Shares `dentry`; if that cannot be allocated, the directory is removed at once.
+    fn wrap(dentry: Dentry, parent: Option<Dir>) -> Self {
+        Dir(Arc::new(
+            DirNode {
+                dentry,
+                _parent: parent,
+            },
+            GFP_KERNEL,
+        )
+        .ok())
+    }
+
+    /// The dentry, as a parent for debugfs calls; an error pointer if there is none.
+    fn dentry(&self) -> *mut bindings::dentry {
+        // `ERR_PTR(-ENOMEM)`: never dereferenced, and ignored by debugfs as a parent.
+        let no_dir = ENOMEM.to_errno() as isize as *mut bindings::dentry;
+        self.0.as_ref().map_or(no_dir, |n| n.dentry.0)
     }
 
     /// Renames this directory in place (for a renamed device).
     pub(crate) fn rename(&self, new_name: &CStr) {
-        if kernel::error::from_err_ptr(self.0).is_err() {
+        let d = self.dentry();
+        if kernel::error::from_err_ptr(d).is_err() {
             return;
         }
-        // SAFETY: `self.0` is a live dentry (checked above); its parent is the dentry debugfs
-        // made it in, which outlives it.
-        let parent = unsafe { (*self.0).d_parent };
+        // SAFETY: `d` is a live dentry (checked above, kept by `self`); its parent is the dentry
+        // debugfs made it in, which outlives it.
+        let parent = unsafe { (*d).d_parent };
         // SAFETY: Both dentries are live and `new_name` is NUL-terminated. A failed rename leaves
         // the old name, which is harmless.
-        let _ = unsafe { bindings::debugfs_rename(parent, self.0, parent, new_name.as_char_ptr()) };
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        // SAFETY: By the type invariant we own `self.0` (or it is an error pointer, which
-        // debugfs ignores). Removal waits for readers still inside a file's callbacks.
-        unsafe { bindings::debugfs_remove(self.0) };
+        let _ = unsafe { bindings::debugfs_rename(parent, d, parent, new_name.as_char_ptr()) };
     }
 }
 
@@ -124,114 +162,80 @@ impl fmt::Write for SeqFile {
     }
 }
 
-/// A read-only debugfs file whose contents come from `T::show`.
-///
-/// Lives inside the pinned object it shows, so that the pointer debugfs keeps stays valid; the
-/// owner removes the file (by dropping its [`Dir`]) before the object goes away.
+/// What a file's callback finds: the C node, the object it keeps, and the part it renders.
+#[repr(C)]
+struct Node<O: Send + Sync, T: Show> {
+    /// First: the `data` debugfs hands back is this node.
+    c: Opaque<bindings::ibext_show>,
+    owner: Arc<O>,
+    part: fn(&O) -> &T,
+}
+
+/// A read-only debugfs file rendering `part(owner)`, which it keeps alive.
 ///
 /// # Invariants
 ///
-/// Once [`ShowFile::create`] ran, `node.data` points to a `T` that outlives the file.
-#[pin_data]
-pub(crate) struct ShowFile<T: Show> {
-    #[pin]
-    node: Opaque<bindings::ibext_show>,
-    _owner: core::marker::PhantomData<T>,
-    #[pin]
-    _pin: PhantomPinned,
+/// `dentry` is the file made with `node` in `_dir`; `node.c.data` points to `node`.
+pub(crate) struct ShowFile<O: Send + Sync, T: Show> {
+    /// Declared first: the file is removed (waiting for readers) before the node goes.
+    _dentry: Dentry,
+    _node: KBox<Node<O, T>>,
+    _dir: Dir,
 }
 
-// SAFETY: `node` is written only by `create`, before debugfs can see it; afterwards only the
-// debugfs callback reads it, on any thread, and the `T` it points to is `Sync` (bound of `Show`).
-unsafe impl<T: Show> Send for ShowFile<T> {}
-// SAFETY: As for `Send`; `&ShowFile` allows nothing but `create`, which takes a pinned reference
-// and is called once by the owner.
-unsafe impl<T: Show> Sync for ShowFile<T> {}
+// SAFETY: The node's C part is written once in `new`, before debugfs can see it, and only read
+// afterwards (by debugfs, on any thread); the owner is `Send + Sync` and the part is `Sync`
+// (bound of `Show`); the function pointer is plain data.
+unsafe impl<O: Send + Sync, T: Show> Send for ShowFile<O, T> {}
+// SAFETY: As for `Send`; `&ShowFile` gives access to nothing.
+unsafe impl<O: Send + Sync, T: Show> Sync for ShowFile<O, T> {}
 
-impl<T: Show> ShowFile<T> {
-    /// An initializer for a file not yet created.
-    pub(crate) fn new() -> impl PinInit<Self> {
-        pin_init!(Self {
-            node <- Opaque::ffi_init(|p: *mut bindings::ibext_show| {
-                // SAFETY: `p` is valid for writes (guaranteed by `ffi_init`).
-                unsafe {
-                    p.write(bindings::ibext_show {
-                        show: Some(Self::show_callback),
-                        data: core::ptr::null_mut(),
-                    })
-                };
-            }),
-            _owner: core::marker::PhantomData,
-            _pin: PhantomPinned,
+impl<O: Send + Sync, T: Show> ShowFile<O, T> {
+    /// Makes file `name` in `dir`, rendering `part(&owner)`.
+    pub(crate) fn new(dir: &Dir, name: &CStr, owner: Arc<O>, part: fn(&O) -> &T) -> Result<Self> {
+        let node = KBox::new(
+            Node {
+                c: Opaque::new(bindings::ibext_show {
+                    show: Some(Self::show_callback),
+                    data: core::ptr::null_mut(),
+                }),
+                owner,
+                part,
+            },
+            GFP_KERNEL,
+        )?;
+        let raw = node.c.get();
+        // SAFETY: `raw` is valid; nothing reads it before the file exists. The node is on the
+        // heap and is dropped only after the file is removed (field order of `ShowFile`).
+        unsafe { (*raw).data = core::ptr::from_ref(&*node).cast_mut().cast() };
+        // SAFETY: `name` is NUL-terminated, the parent is a dentry or an error pointer, and the
+        // node outlives the file (above).
+        let d = unsafe {
+            bindings::ibext_shim_debugfs_create_show(name.as_char_ptr(), dir.dentry(), raw)
+        };
+        // INVARIANT: the file just made, with `node`, in `dir`.
+        Ok(ShowFile {
+            _dentry: Dentry(d),
+            _node: node,
+            _dir: dir.clone(),
         })
-    }
-
-    /// Creates file `name` in `dir`, rendering `owner`.
-    ///
-    /// # Safety
-    ///
-    /// The file must be removed (by dropping `dir`) before `self` or `owner` is dropped or
-    /// moved.
-    pub(crate) unsafe fn create(self: Pin<&Self>, name: &CStr, dir: &Dir, owner: &T) {
-        let node = self.node.get();
-        // SAFETY: `node` is valid and pinned; nothing reads `data` before the file exists.
-        // INVARIANT: `data` now points to `owner`, which outlives the file (caller contract).
-        unsafe { (*node).data = core::ptr::from_ref(owner).cast_mut().cast() };
-        // SAFETY: `name` is NUL-terminated, `dir.0` is a dentry or an error pointer, and `node`
-        // stays valid until the file is removed (caller contract).
-        unsafe { bindings::ibext_shim_debugfs_create_show(name.as_char_ptr(), dir.0, node) };
     }
 
     /// The `show` of the shim's `file_operations`.
     ///
     /// # Safety
     ///
-    /// Called by seq_file only, for a file made by [`ShowFile::create`], with its `data`.
+    /// Called by seq_file only, for a file made by [`ShowFile::new`], with its `data`.
     unsafe extern "C" fn show_callback(m: *mut bindings::seq_file, data: *mut c_void) -> c_int {
         from_result(|| {
-            // SAFETY: debugfs only calls this while the file exists, and the file is removed
-            // before the owner is dropped (contract of `create`), so `data` is a live `T`.
-            let owner = unsafe { &*data.cast::<T>() };
+            // SAFETY: debugfs calls this only while the file exists, and the file is removed
+            // before its node is dropped (invariant of `ShowFile`).
+            let node = unsafe { &*data.cast::<Node<O, T>>() };
             // INVARIANT: `m` is the seq_file of the read in progress.
-            owner.show(&mut SeqFile(m)).map_err(|_| ENOMEM)?;
+            (node.part)(&node.owner)
+                .show(&mut SeqFile(m))
+                .map_err(|_| ENOMEM)?;
             Ok(0)
-        })
-    }
-}
-
-/// A debugfs directory with one read-only file rendering a shared object, which the file keeps
-/// alive: removed (waiting for readers) when dropped, before the file's node and its reference
-/// to the object go.
-///
-/// # Invariants
-///
-/// `node.data` points to `*_owner`; the file made with `node` is inside `dir`.
-pub(crate) struct ShowDir<T: Show> {
-    /// Declared first: removed before `_node` and `_owner` are dropped.
-    _dir: Dir,
-    _node: KBox<Opaque<bindings::ibext_show>>,
-    _owner: Arc<T>,
-}
-
-impl<T: Show> ShowDir<T> {
-    /// Makes file `name` in `dir`, rendering `owner`; `dir` is removed with the result.
-    pub(crate) fn new(dir: Dir, name: &CStr, owner: Arc<T>) -> Result<Self> {
-        let node = KBox::new(
-            Opaque::new(bindings::ibext_show {
-                show: Some(ShowFile::<T>::show_callback),
-                data: core::ptr::from_ref::<T>(&owner).cast_mut().cast(),
-            }),
-            GFP_KERNEL,
-        )?;
-        // SAFETY: `name` is NUL-terminated, `dir.0` is a dentry or an error pointer, and `node`
-        // is heap-allocated and outlives the file, which is removed with `dir` first (field
-        // order); `data` is kept alive by `_owner`, dropped last.
-        unsafe { bindings::ibext_shim_debugfs_create_show(name.as_char_ptr(), dir.0, node.get()) };
-        // INVARIANT: as set up above.
-        Ok(ShowDir {
-            _dir: dir,
-            _node: node,
-            _owner: owner,
         })
     }
 }

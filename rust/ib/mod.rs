@@ -33,6 +33,9 @@ pub(crate) fn fault_point() -> kernel::error::Result {
 }
 use kernel::{str::CStr, types::Opaque};
 
+/// The size of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
+pub(crate) const DEVICE_NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
+
 /// A registered RDMA device, `struct ib_device`.
 ///
 /// # Invariants
