@@ -347,3 +347,7 @@ EXPORT_SYMBOL_GPL(ibext_srq_pool_create);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_get);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_put);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_destroy);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_nr_srqs);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_srq);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_set_srq_ctx);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_srq_ctx);

@@ -48,16 +48,20 @@ use crate::{
     warn::warn_on_once,
 };
 use core::{
+    ffi::c_void,
     fmt::Write,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU32, Ordering},
 };
 use kernel::{c_str, fmt, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex};
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
-/// What each SRQ does with a completed managed receive: hand it to the ULP.
+/// What each SRQ does with a completed managed receive (hand it to the ULP), and the ULP's
+/// context for the SRQ.
 struct Slot {
     recv_done: Option<UlpRecvDone>,
+    /// Set by the ULP (`ibext_srq_pool_set_srq_ctx`), never dereferenced by ibext.
+    ctx: AtomicPtr<c_void>,
 }
 
 impl SrqHandler for Slot {
@@ -161,6 +165,7 @@ impl SrqPool {
         for _ in 0..n {
             let slot = Slot {
                 recv_done: args.recv_done.clone(),
+                ctx: AtomicPtr::new(core::ptr::null_mut()),
             };
             // Within the capacity reserved above: no allocation. On error, `srqs` is dropped
             // with what was made (destroyed, then freed).
@@ -249,10 +254,33 @@ impl Core {
         out
     }
 
-    /// Returns SRQ `i`.
-    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    /// Returns the number of SRQs (fixed for the pool's life).
+    pub(crate) fn nr_srqs(&self) -> usize {
+        self.srqs.len()
+    }
+
+    /// Returns SRQ `i`, without taking a reference (for a ULP that posts its own receives).
     pub(crate) fn srq(&self, i: usize) -> Option<&Srq> {
         self.srqs.get(i).map(RecvSrq::srq)
+    }
+
+    /// Sets the ULP's context of SRQ `i`; `EINVAL` for an index out of range.
+    pub(crate) fn set_srq_ctx(&self, i: usize, ctx: *mut c_void) -> Result {
+        let s = self.srqs.get(i).ok_or(EINVAL)?;
+        s.handler().ctx.store(ctx, Ordering::Release);
+        Ok(())
+    }
+
+    /// Returns the ULP's context of `srq`; a foreign SRQ is a caller bug (warns once, `None`).
+    pub(crate) fn srq_ctx(&self, srq: *const Srq) -> Option<*mut c_void> {
+        let found = self.srqs.iter().find(|s| core::ptr::eq(s.srq(), srq));
+        if warn_on_once!(
+            found.is_none(),
+            "ibext_srq_pool_srq_ctx: SRQ not of this pool"
+        ) {
+            return None;
+        }
+        found.map(|s| s.handler().ctx.load(Ordering::Acquire))
     }
 
     /// Returns the managed buffers posted (or on their way back to the SRQ), over all SRQs.

@@ -285,6 +285,63 @@ struct ib_srq *ibext_srq_pool_get(struct ibext_srq_pool *pool,
 void ibext_srq_pool_put(struct ibext_srq_pool *pool, struct ib_srq *srq);
 
 /**
+ * ibext_srq_pool_nr_srqs() - The number of SRQs in a pool
+ * @pool: the pool
+ *
+ * For a ULP that posts its own receives (@buf_size 0): it sets up each SRQ,
+ * 0 to this count - 1, with ibext_srq_pool_srq() before any QP uses it.
+ *
+ * Context: any.
+ * Return: the number of SRQs, fixed for the pool's life; 0 for a NULL @pool.
+ */
+unsigned int ibext_srq_pool_nr_srqs(struct ibext_srq_pool *pool);
+
+/**
+ * ibext_srq_pool_srq() - SRQ @index of a pool
+ * @pool: the pool
+ * @index: 0 to ibext_srq_pool_nr_srqs() - 1
+ *
+ * Gives access to the SRQ without taking a reference: to post its initial
+ * receives and reposts (ib_post_srq_recv()), and to give it a context with
+ * ibext_srq_pool_set_srq_ctx().  QPs still take theirs with
+ * ibext_srq_pool_get().  The SRQ lives until ibext_srq_pool_destroy(); a
+ * ULP's receive buffers posted on it must outlive that call.
+ *
+ * Context: any.
+ * Return: the SRQ, or ERR_PTR(-EINVAL) for a NULL @pool or an @index out of
+ * range.
+ */
+struct ib_srq *ibext_srq_pool_srq(struct ibext_srq_pool *pool,
+				  unsigned int index);
+
+/**
+ * ibext_srq_pool_set_srq_ctx() - Give SRQ @index of a pool a ULP context
+ * @pool: the pool
+ * @index: 0 to ibext_srq_pool_nr_srqs() - 1
+ * @ctx: the ULP's per-SRQ context (its receive commands, say); ibext never
+ *	dereferences it
+ *
+ * Context: any.
+ * Return: 0, or -EINVAL for a NULL @pool or an @index out of range.
+ */
+int ibext_srq_pool_set_srq_ctx(struct ibext_srq_pool *pool,
+			       unsigned int index, void *ctx);
+
+/**
+ * ibext_srq_pool_srq_ctx() - The ULP context of one of a pool's SRQs
+ * @pool: the pool
+ * @srq: an SRQ of @pool (from ibext_srq_pool_get() or ibext_srq_pool_srq())
+ *
+ * Lets a ULP find its per-SRQ state from the SRQ a QP was given.  An @srq of
+ * another pool is a caller bug: it warns once.
+ *
+ * Context: any.
+ * Return: the context last set for @srq (NULL if none was); NULL for a NULL
+ * @pool or an @srq not of @pool.
+ */
+void *ibext_srq_pool_srq_ctx(struct ibext_srq_pool *pool, struct ib_srq *srq);
+
+/**
  * ibext_srq_pool_destroy() - Destroy a pool whose SRQs are no longer used
  * @pool: the pool
  *

@@ -275,6 +275,81 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_put(
     pool.put(srq.cast_const().cast());
 }
 
+/// C entry point of `ibext_srq_pool_nr_srqs()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_nr_srqs(
+    pool: *mut bindings::ibext_srq_pool,
+) -> c_uint {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return 0;
+    };
+    c_uint::try_from(pool.nr_srqs()).unwrap_or(0)
+}
+
+/// C entry point of `ibext_srq_pool_srq()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_srq(
+    pool: *mut bindings::ibext_srq_pool,
+    index: c_uint,
+) -> *mut bindings::ib_srq {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return err_ptr(EINVAL);
+    };
+    match pool.srq(index as usize) {
+        Some(srq) => srq.as_raw(),
+        None => err_ptr(EINVAL),
+    }
+}
+
+/// C entry point of `ibext_srq_pool_set_srq_ctx()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed; `ctx` is never dereferenced.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_set_srq_ctx(
+    pool: *mut bindings::ibext_srq_pool,
+    index: c_uint,
+    ctx: *mut core::ffi::c_void,
+) -> c_int {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return EINVAL.to_errno();
+    };
+    match pool.set_srq_ctx(index as usize, ctx) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// C entry point of `ibext_srq_pool_srq_ctx()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed; `srq` is only compared.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_srq_ctx(
+    pool: *mut bindings::ibext_srq_pool,
+    srq: *mut bindings::ib_srq,
+) -> *mut core::ffi::c_void {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return core::ptr::null_mut();
+    };
+    pool.srq_ctx(srq.cast_const().cast())
+        .unwrap_or(core::ptr::null_mut())
+}
+
 /// C entry point of `ibext_srq_pool_destroy()`; see `include/rdma/ibext.h`.
 ///
 /// # Safety

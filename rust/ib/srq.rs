@@ -392,6 +392,11 @@ impl<H: SrqHandler> RecvSrq<H> {
         Ok(RecvSrq(inner))
     }
 
+    /// Returns the handler.
+    pub(crate) fn handler(&self) -> &H {
+        &self.0.handler
+    }
+
     /// Returns the SRQ.
     pub(crate) fn srq(&self) -> &Srq {
         self.0.srq()

@@ -12,7 +12,8 @@ use crate::{
     bindings,
     cq_engine::PollCtx,
     ib::capi::{
-        ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_put,
+        ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_nr_srqs,
+        ibext_srq_pool_put, ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq, ibext_srq_pool_srq_ctx,
     },
     ib::srq::{eopnotsupp, Pd as PdView},
     ib::Device,
@@ -212,14 +213,15 @@ unsafe extern "C" fn rx_done(
     rx.inside.fetch_sub(1, Ordering::AcqRel);
 }
 
-/// One receive of a per-QP receive queue (the benchmark's baseline), reposted after each
-/// completion.
+/// One receive the test posts itself, reposted after each completion: on a per-QP receive queue
+/// (the benchmark's baseline, `srq` null) or on a pooled SRQ (a ULP that posts its own).
 #[repr(C)]
 struct RqSlot {
     cqe: bindings::ib_cqe,
     buf: KVec<u8>,
     dma: u64,
     qp: *mut bindings::ib_qp,
+    srq: *mut bindings::ib_srq,
     rx: *const Rx,
     lkey: u32,
 }
@@ -245,16 +247,15 @@ unsafe extern "C" fn rq_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc
         return;
     }
     // SAFETY: The buffer holds `MSG` bytes or more.
-    unsafe { check(rx, wc, slot.buf.as_ptr(), core::ptr::null_mut()) };
-    // SAFETY: The QP is live until flushed; the slot outlives it.
-    let r = unsafe {
-        bindings::ibext_test_post_recv(
-            slot.qp,
-            core::ptr::from_ref(&slot.cqe).cast_mut(),
-            slot.dma,
-            slot.buf.len() as u32,
-            slot.lkey,
-        )
+    unsafe { check(rx, wc, slot.buf.as_ptr(), slot.srq) };
+    let cqe = core::ptr::from_ref(&slot.cqe).cast_mut();
+    let len = slot.buf.len() as u32;
+    let r = if slot.srq.is_null() {
+        // SAFETY: The QP is live until flushed; the slot outlives it.
+        unsafe { bindings::ibext_test_post_recv(slot.qp, cqe, slot.dma, len, slot.lkey) }
+    } else {
+        // SAFETY: The SRQ is live until the pool is destroyed, before the slot goes.
+        unsafe { bindings::ibext_shim_post_srq_recv(slot.srq, cqe, slot.dma, len, slot.lkey) }
     };
     if r != 0 {
         rx.bad.fetch_add(1, Ordering::AcqRel);
@@ -311,6 +312,9 @@ enum Recv {
     Pool { nr: u32, size: u32 },
     /// A receive queue of `depth` buffers per QP, reposted by the test (the baseline).
     PerQp { depth: u32 },
+    /// An SRQ pool (one SRQ per vector) without managed buffers: the test posts `depth`
+    /// receives on each SRQ itself and gives each SRQ a context, as nvmet-rdma would.
+    PoolUlp { depth: u32 },
 }
 
 /// Loopback QPs on pooled CQs, receiving from an SRQ pool or their own receive queues. Fields
@@ -323,6 +327,8 @@ struct Fleet {
     sends: KVec<KBox<SendCtx>>,
     bufs: KVec<(KVec<u8>, u64)>,
     rq: KVec<RqSlot>,
+    /// With [`Recv::PoolUlp`]: the context given to SRQ `k` is `&ulp_ctx[k]`.
+    ulp_ctx: KVec<u32>,
     dev: *mut bindings::ib_device,
     pool: Option<Pool>,
     rx: KBox<Rx>,
@@ -331,7 +337,19 @@ struct Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if !self.rq.is_empty() {
+        if !self.ulp_ctx.is_empty() {
+            // Receives posted on pooled SRQs stay posted: destroy the QPs, put the references
+            // back and destroy the pool (its SRQs) before the slots go.
+            drop(core::mem::replace(&mut self.qps, KVec::new()));
+            drop(core::mem::replace(&mut self.refs, KVec::new()));
+            if let Some(p) = self.pool.as_mut() {
+                let r = p.destroy();
+                if r != 0 {
+                    // The SRQs may still hold the slots: never free them.
+                    core::mem::forget(core::mem::replace(&mut self.rq, KVec::new()));
+                }
+            }
+        } else if !self.rq.is_empty() {
             // Per-QP receive queues: flush them, and wait for every flushed receive, before the
             // QPs and the slots go.
             for qp in self.qps.iter() {
@@ -377,13 +395,22 @@ impl Fleet {
     ) -> Result<Self> {
         let pd = Pd::new(dev)?;
         let rx = Rx::new(qps, per_qp)?;
-        let (pool, rq_depth) = match recv {
+        let (pool, rq_depth, srq_depth) = match recv {
             Recv::Pool { nr, size } => (
                 Some(Pool::create(&pd, &attr(nr, size, buf_size, Some(&rx)))?),
                 0,
+                0,
             ),
-            Recv::PerQp { depth } => (None, depth),
+            Recv::PerQp { depth } => (None, depth, 0),
+            Recv::PoolUlp { depth } => {
+                (Some(Pool::create(&pd, &attr(0, depth, 0, None))?), 0, depth)
+            }
         };
+        // SAFETY: A live pool, or none.
+        let nr_srqs = pool
+            .as_ref()
+            .map_or(0, |p| unsafe { ibext_srq_pool_nr_srqs(p.0) });
+        let ulp_srqs = if srq_depth > 0 { nr_srqs as usize } else { 0 };
         // SAFETY: The PD is live.
         let lkey = unsafe { bindings::ibext_test_pd_lkey(pd.0.as_ptr()) };
         let mut f = Fleet {
@@ -392,12 +419,29 @@ impl Fleet {
             cqs: KVec::new(),
             sends: KVec::new(),
             bufs: KVec::new(),
-            rq: KVec::with_capacity(qps * rq_depth as usize, GFP_KERNEL)?,
+            rq: KVec::with_capacity(
+                qps * rq_depth as usize + ulp_srqs * srq_depth as usize,
+                GFP_KERNEL,
+            )?,
+            ulp_ctx: KVec::from_elem(0u32, ulp_srqs, GFP_KERNEL)?,
             dev: dev.as_raw(),
             pool,
             rx,
             pd,
         };
+        for k in 0..ulp_srqs {
+            let raw = f.pool.as_ref().map_or(core::ptr::null_mut(), |p| p.0);
+            // SAFETY: A live pool; `k` is below its count.
+            let srq = kernel::error::from_err_ptr(unsafe { ibext_srq_pool_srq(raw, k as u32) })?;
+            let ctx: *const u32 = &f.ulp_ctx[k];
+            // SAFETY: A live pool; the context is only handed back.
+            let r = unsafe { ibext_srq_pool_set_srq_ctx(raw, k as u32, ctx.cast_mut().cast()) };
+            kernel::error::to_result(r)?;
+            let rx: *const Rx = &*f.rx;
+            for _ in 0..srq_depth {
+                f.push_slot(dev, core::ptr::null_mut(), srq, rx, buf_size, lkey)?;
+            }
+        }
         for i in 0..qps {
             // The same CQ share and no moderation whatever the receive setup, so that the
             // benchmark compares receive queues only.
@@ -434,37 +478,7 @@ impl Fleet {
             f.rx.srqs.push(srq, GFP_KERNEL)?;
             let rx: *const Rx = &*f.rx;
             for _ in 0..rq_depth {
-                // Within the capacity reserved: slots do not move once posted.
-                f.rq.push(
-                    RqSlot {
-                        cqe: bindings::ib_cqe {
-                            done: Some(rq_done),
-                        },
-                        buf: KVec::from_elem(0u8, buf_size as usize, GFP_KERNEL)?,
-                        dma: 0,
-                        qp,
-                        rx,
-                        lkey,
-                    },
-                    GFP_KERNEL,
-                )?;
-                let last = f.rq.len() - 1;
-                let slot = &mut f.rq[last];
-                // SAFETY: `dev` registered; the buffer is kmalloc'd and unmapped in `drop`.
-                slot.dma = unsafe {
-                    bindings::ibext_test_dma_map(
-                        dev.as_raw(),
-                        slot.buf.as_mut_ptr().cast(),
-                        slot.buf.len(),
-                    )
-                };
-                if slot.dma == 0 {
-                    return Err(ENOMEM);
-                }
-                // SAFETY: Live QP; the slot outlives the receive (flushed in `drop`).
-                kernel::error::to_result(unsafe {
-                    bindings::ibext_test_post_recv(qp, &mut slot.cqe, slot.dma, buf_size, lkey)
-                })?;
+                f.push_slot(dev, qp, core::ptr::null_mut(), rx, buf_size, lkey)?;
             }
             let mut buf = KVec::from_elem(0u8, per_qp as usize * MSG, GFP_KERNEL)?;
             for seq in 0..per_qp {
@@ -498,6 +512,53 @@ impl Fleet {
             )?;
         }
         Ok(f)
+    }
+
+    /// Adds a receive slot of `buf_size` bytes and posts it on `qp`'s receive queue, or on
+    /// `srq` if not null.
+    fn push_slot(
+        &mut self,
+        dev: &Device,
+        qp: *mut bindings::ib_qp,
+        srq: *mut bindings::ib_srq,
+        rx: *const Rx,
+        buf_size: u32,
+        lkey: u32,
+    ) -> Result {
+        // Within the capacity reserved: slots do not move once posted.
+        self.rq.push(
+            RqSlot {
+                cqe: bindings::ib_cqe {
+                    done: Some(rq_done),
+                },
+                buf: KVec::from_elem(0u8, buf_size as usize, GFP_KERNEL)?,
+                dma: 0,
+                qp,
+                srq,
+                rx,
+                lkey,
+            },
+            GFP_KERNEL,
+        )?;
+        let last = self.rq.len() - 1;
+        let slot = &mut self.rq[last];
+        // SAFETY: `dev` registered; the buffer is kmalloc'd and unmapped in `drop`.
+        slot.dma = unsafe {
+            bindings::ibext_test_dma_map(dev.as_raw(), slot.buf.as_mut_ptr().cast(), slot.buf.len())
+        };
+        if slot.dma == 0 {
+            return Err(ENOMEM);
+        }
+        let r = if srq.is_null() {
+            // SAFETY: Live QP; the slot outlives the receive (flushed in `drop`).
+            unsafe { bindings::ibext_test_post_recv(qp, &mut slot.cqe, slot.dma, buf_size, lkey) }
+        } else {
+            // SAFETY: Live SRQ; the slot outlives it (the pool is destroyed first in `drop`).
+            unsafe {
+                bindings::ibext_shim_post_srq_recv(srq, &mut slot.cqe, slot.dma, buf_size, lkey)
+            }
+        };
+        kernel::error::to_result(r)
     }
 
     /// The pool, for a fleet that receives from one.
@@ -592,6 +653,88 @@ impl Fleet {
         kassert!(all, "a message was never received");
         Ok(())
     }
+}
+
+/// A pool without managed buffers, for a ULP that posts its own receives (as nvmet-rdma does):
+/// its SRQ count and each SRQ are reachable, each SRQ carries the ULP's context, found again from
+/// the SRQ `ibext_srq_pool_get` gave a QP, and traffic arrives exactly once in the ULP's own
+/// buffers, on its QP, through its SRQ. Bad input to the four calls is refused.
+fn ulp_posted_receives() -> TestResult {
+    const QPS: usize = 8;
+    const PER_QP: u32 = 64;
+    const DEPTH: u32 = 16;
+    let dev = required(c_str!("rxe0"))?;
+    let vectors = dev.device().usable_comp_vectors();
+    let f = Fleet::new(
+        dev.device(),
+        QPS,
+        PER_QP,
+        Recv::PoolUlp { depth: DEPTH },
+        64,
+    )
+    .map_err(|_| Failed)?;
+    let raw = f.pool.as_ref().map(|p| p.0).ok_or(Failed)?;
+    // SAFETY: A live pool.
+    let n = unsafe { ibext_srq_pool_nr_srqs(raw) };
+    kassert_eq!(n, vectors);
+    kassert_eq!(f.pool()?.posted(), 0);
+    kassert_eq!(f.pool()?.buffer_bytes(), 0);
+    for r in f.refs.iter() {
+        // SAFETY: A live pool; `r.1` is one of its SRQs.
+        let ctx = unsafe { ibext_srq_pool_srq_ctx(raw, r.1) };
+        let k = f
+            .ulp_ctx
+            .iter()
+            .position(|c| core::ptr::eq(c, ctx.cast::<u32>()));
+        kassert!(k.is_some(), "QP's SRQ has no context of the test's");
+        let k = k.ok_or(Failed)?;
+        // SAFETY: As above.
+        kassert!(
+            unsafe { ibext_srq_pool_srq(raw, k as u32) } == r.1,
+            "context of another SRQ"
+        );
+    }
+    f.run(8)?;
+
+    let einval = EINVAL.to_errno();
+    // SAFETY: Null or live pools; bad indices and foreign SRQs are what is tested.
+    unsafe {
+        kassert_eq!(ibext_srq_pool_nr_srqs(core::ptr::null_mut()), 0);
+        bad_input_ok("srq_nr.null_pool");
+        let e = ibext_srq_pool_srq(core::ptr::null_mut(), 0);
+        kassert_eq!(kernel::error::from_err_ptr(e).err(), Some(EINVAL));
+        bad_input_ok("srq_at.null_pool");
+        let e = ibext_srq_pool_srq(raw, n);
+        kassert_eq!(kernel::error::from_err_ptr(e).err(), Some(EINVAL));
+        bad_input_ok("srq_at.out_of_range");
+        let some = core::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+        kassert_eq!(
+            ibext_srq_pool_set_srq_ctx(core::ptr::null_mut(), 0, some),
+            einval
+        );
+        bad_input_ok("srq_set_ctx.null_pool");
+        kassert_eq!(ibext_srq_pool_set_srq_ctx(raw, n, some), einval);
+        bad_input_ok("srq_set_ctx.out_of_range");
+        let first = ibext_srq_pool_srq(raw, 0);
+        kassert!(ibext_srq_pool_srq_ctx(core::ptr::null_mut(), first).is_null());
+        bad_input_ok("srq_ctx.null_pool");
+    }
+    // An SRQ of another pool is a caller bug: warned once, NULL.
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let other = Pool::create(&pd, &attr(1, 4, 0, None)).map_err(|_| Failed)?;
+    // SAFETY: A live pool.
+    let foreign = unsafe { ibext_srq_pool_srq(other.0, 0) };
+    let mut got = core::ptr::dangling_mut::<c_void>();
+    let warned = expect_warnings(|| {
+        // SAFETY: A live pool; the SRQ is only compared.
+        got = unsafe { ibext_srq_pool_srq_ctx(raw, foreign) };
+    });
+    kassert_eq!(warned, 1);
+    kassert!(got.is_null());
+    bad_input_ok("srq_ctx.foreign");
+    drop(other);
+    drop(f);
+    Ok(())
 }
 
 /// 16 loopback QPs on a pool of one SRQ per vector with 64 managed buffers each (fewer than
@@ -1190,6 +1333,7 @@ kunit_suite!(
         sleeping_handlers_then_destroy,
         drain_srq_qp_on_a_shared_cq,
         traffic_exactly_once,
+        ulp_posted_receives,
         limit_events_are_counted,
         allocation_failure_unwinds,
         link_delete_after_cleanup,
