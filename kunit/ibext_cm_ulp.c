@@ -138,12 +138,14 @@ static void recv_done(struct ib_cq *cq, struct ib_wc *wc)
 }
 
 /* Server with an SRQ pool: a message arrived in a managed buffer; reply. */
-static void srq_recv_done(struct ib_srq *s, struct ib_wc *wc, void *buf, void *ctx)
+static enum ibext_recv_action srq_recv_done(struct ib_srq *s, struct ib_wc *wc,
+					    void *buf, void *ctx)
 {
 	struct conn *c = ctx;
 
 	if (!READ_ONCE(stopping))
 		post_send(c);
+	return IBEXT_RECV_REPOST;
 }
 
 static int conn_setup(struct conn *c, struct rdma_cm_id *id)

@@ -29,9 +29,11 @@ struct ulp_dev {
 static struct ib_client ulp_client;
 
 /* Nothing is ever sent to the ULP's QP-less SRQs. */
-static void ulp_recv_done(struct ib_srq *srq, struct ib_wc *wc, void *buf,
-			  void *ctx)
+static enum ibext_recv_action ulp_recv_done(struct ib_srq *srq,
+					    struct ib_wc *wc, void *buf,
+					    void *ctx)
 {
+	return IBEXT_RECV_REPOST;
 }
 
 /* ibext_find_gid() of the GID at index 0 of port 1 returns that very entry. */

@@ -39,8 +39,8 @@ use crate::{
     ib::{
         fault_point,
         srq::{
-            eopnotsupp, Pd, RecvData, RecvSrq, RecvSrqs, Srq, SrqAttr, SrqHandler, SrqStat,
-            UlpRecvDone, Wc,
+            eopnotsupp, Pd, RecvAction, RecvData, RecvSrq, RecvSrqs, Srq, SrqAttr, SrqHandler,
+            SrqStat, UlpRecvDone, Wc,
         },
     },
     ledger::{Kind, Token},
@@ -65,9 +65,10 @@ struct Slot {
 }
 
 impl SrqHandler for Slot {
-    fn recv_done(&self, srq: &Srq, wc: &Wc, buf: RecvData<'_>) {
-        if let Some(f) = &self.recv_done {
-            f.call(srq, wc, &buf);
+    fn recv_done(&self, srq: &Srq, wc: &Wc, buf: RecvData<'_>) -> RecvAction {
+        match &self.recv_done {
+            Some(f) => f.call(srq, wc, &buf),
+            None => RecvAction::Repost,
         }
     }
 }
@@ -237,8 +238,35 @@ impl Core {
         if self.srqs.iter().any(|s| s.srq().in_use()) {
             return Err(EBUSY);
         }
+        // A buffer the ULP kept and has not given back is still the ULP's.
+        if self.srqs.iter().any(|s| s.kept() > 0) {
+            return Err(EBUSY);
+        }
         refs.dead = true;
         Ok(())
+    }
+
+    /// Gives back a managed buffer the ULP kept (`ibext_srq_pool_repost`), named by the
+    /// `wr_cqe` of its completion, and posts it again. A `cqe` that is not a kept buffer of
+    /// this pool is a caller bug: warns once, `EINVAL`.
+    pub(crate) fn repost(&self, cqe: *const c_void) -> Result {
+        let found = self
+            .srqs
+            .iter()
+            .find_map(|s| s.buf_index(cqe).map(|i| (s, i)));
+        let r = found.and_then(|(s, i)| s.repost(i));
+        if warn_on_once!(
+            r.is_none(),
+            "ibext_srq_pool_repost: not a kept buffer of this pool"
+        ) {
+            return Err(EINVAL);
+        }
+        r.unwrap_or(Err(EINVAL))
+    }
+
+    /// Returns the managed buffers the ULP kept and has not given back, over all SRQs.
+    pub(crate) fn kept(&self) -> u64 {
+        self.srqs.iter().map(RecvSrq::kept).sum()
     }
 
     /// Returns the references of every SRQ, in order.
@@ -399,8 +427,9 @@ impl Show for Core {
         )?;
         writeln!(
             m,
-            "posted {} receive_bytes {} limit_events {}",
+            "posted {} kept {} receive_bytes {} limit_events {}",
             self.posted(),
+            self.kept(),
             self.buffer_bytes(),
             self.limit_events()
         )?;

@@ -207,6 +207,18 @@ const struct ib_gid_attr *ibext_find_gid_by_port(struct ib_device *dev,
 						 struct net_device *ndev);
 
 /**
+ * enum ibext_recv_action - what becomes of a managed buffer after recv_done
+ * @IBEXT_RECV_REPOST: ibext posts it again when recv_done returns
+ * @IBEXT_RECV_KEEP: the ULP keeps it, with its contents, and gives it back
+ *	later with ibext_srq_pool_repost(pool, wc->wr_cqe) (after it has sent
+ *	its response, say)
+ */
+enum ibext_recv_action {
+	IBEXT_RECV_REPOST,
+	IBEXT_RECV_KEEP,
+};
+
+/**
  * struct ibext_srq_pool_attr - what ibext_srq_pool_create() is asked for
  * @nr_srqs: SRQs in the pool; 0: one per completion vector in use
  *	(min(num_comp_vectors, num_online_cpus())), capped by max_srq
@@ -217,8 +229,10 @@ const struct ib_gid_attr *ibext_find_gid_by_port(struct ib_device *dev,
  *	many bytes (at most 64 KiB) per SRQ and reposts each after @recv_done
  * @recv_done: with managed buffers, called for every successful receive
  *	completion, in the poll context of the QP's receive CQ, with the SRQ,
- *	the work completion and the buffer (valid only during the call); must
- *	be NULL without managed buffers
+ *	the work completion and the buffer; returns IBEXT_RECV_REPOST (the
+ *	buffer is valid only during the call) or IBEXT_RECV_KEEP (it stays the
+ *	ULP's until ibext_srq_pool_repost()); must be NULL without managed
+ *	buffers
  * @ctx: handed to @recv_done unchanged
  */
 struct ibext_srq_pool_attr {
@@ -226,8 +240,9 @@ struct ibext_srq_pool_attr {
 	unsigned int srq_size;
 	unsigned int max_sge;
 	unsigned int buf_size;
-	void (*recv_done)(struct ib_srq *srq, struct ib_wc *wc, void *buf,
-			  void *ctx);
+	enum ibext_recv_action (*recv_done)(struct ib_srq *srq,
+					    struct ib_wc *wc, void *buf,
+					    void *ctx);
 	void *ctx;
 };
 
@@ -342,6 +357,23 @@ int ibext_srq_pool_set_srq_ctx(struct ibext_srq_pool *pool,
 void *ibext_srq_pool_srq_ctx(struct ibext_srq_pool *pool, struct ib_srq *srq);
 
 /**
+ * ibext_srq_pool_repost() - Give back a managed buffer recv_done kept
+ * @pool: the pool
+ * @cqe: the wc->wr_cqe of the completion whose recv_done returned
+ *	IBEXT_RECV_KEEP
+ *
+ * Posts the buffer on its SRQ again.  A @cqe that is not a kept buffer of
+ * @pool (never kept, or given back already) is a caller bug: it warns once
+ * and changes nothing.  Only the address of @cqe is used to find it.
+ *
+ * Context: any (ib_post_srq_recv() does not sleep).
+ * Return: 0; -EINVAL for a NULL @pool or a @cqe that is not a kept buffer
+ * of @pool; the errno of ib_post_srq_recv() if the post failed (the buffer
+ * is then counted as lost).
+ */
+int ibext_srq_pool_repost(struct ibext_srq_pool *pool, struct ib_cqe *cqe);
+
+/**
  * ibext_srq_pool_destroy() - Destroy a pool whose SRQs are no longer used
  * @pool: the pool
  *
@@ -350,8 +382,9 @@ void *ibext_srq_pool_srq_ctx(struct ibext_srq_pool *pool, struct ib_srq *srq);
  * client remove for the device returns.
  *
  * Context: process context; may sleep.
- * Return: 0; -EBUSY if any SRQ still has references (nothing is freed);
- * -EINVAL for a NULL @pool.
+ * Return: 0; -EBUSY if any SRQ still has references or a QP attached, or
+ * a managed buffer is still kept (nothing is freed); -EINVAL for a NULL
+ * @pool.
  */
 int ibext_srq_pool_destroy(struct ibext_srq_pool *pool);
 

@@ -350,6 +350,26 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_srq_ctx(
         .unwrap_or(core::ptr::null_mut())
 }
 
+/// C entry point of `ibext_srq_pool_repost()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed; `cqe` is only compared.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_repost(
+    pool: *mut bindings::ibext_srq_pool,
+    cqe: *mut bindings::ib_cqe,
+) -> c_int {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return EINVAL.to_errno();
+    };
+    match pool.repost(cqe.cast_const().cast()) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// C entry point of `ibext_srq_pool_destroy()`; see `include/rdma/ibext.h`.
 ///
 /// # Safety

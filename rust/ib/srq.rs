@@ -161,9 +161,22 @@ pub(crate) enum SrqStat {
     RepostFailures = 3,
     /// `IB_EVENT_SRQ_LIMIT_REACHED` events.
     LimitEvents = 4,
+    /// Buffers the handler kept ([`RecvAction::Keep`]).
+    Kept = 5,
+    /// Kept buffers given back ([`RecvSrq::repost`]).
+    Returned = 6,
 }
 
-const NR_STATS: usize = 5;
+const NR_STATS: usize = 7;
+
+/// What [`SrqHandler::recv_done`] does with the buffer (`enum ibext_recv_action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvAction {
+    /// Posted again when the handler returns.
+    Repost,
+    /// Kept by the owner, with its contents, until it gives it back with [`RecvSrq::repost`].
+    Keep,
+}
 
 /// What a [`RecvSrq`] is made with.
 #[derive(Clone, Copy, Debug)]
@@ -183,8 +196,8 @@ pub(crate) struct SrqAttr {
 /// What a [`RecvSrq`]'s owner does with its completed receives.
 pub(crate) trait SrqHandler: Send + Sync + Sized {
     /// Handles a receive that completed successfully, in the poll context of the QP's CQ. The
-    /// buffer is synced for the CPU, and posted again when this returns.
-    fn recv_done(&self, srq: &Srq, wc: &Wc, buf: RecvData<'_>);
+    /// buffer is synced for the CPU; it is posted again when this returns, unless kept.
+    fn recv_done(&self, srq: &Srq, wc: &Wc, buf: RecvData<'_>) -> RecvAction;
 }
 
 /// The received bytes of a managed buffer, lent to [`SrqHandler::recv_done`].
@@ -208,9 +221,17 @@ impl RecvData<'_> {
 /// value lives.
 #[derive(Clone)]
 pub(crate) struct UlpRecvDone {
-    f: unsafe extern "C" fn(*mut bindings::ib_srq, *mut bindings::ib_wc, *mut c_void, *mut c_void),
+    f: UlpRecvFn,
     ctx: *mut c_void,
 }
+
+/// The type of `struct ibext_srq_pool_attr::recv_done`.
+pub(crate) type UlpRecvFn = unsafe extern "C" fn(
+    *mut bindings::ib_srq,
+    *mut bindings::ib_wc,
+    *mut c_void,
+    *mut c_void,
+) -> bindings::ibext_recv_action;
 
 // SAFETY: The ULP's contract (`include/rdma/ibext.h`): its callback may run on any CPU, in the
 // poll context of any of its CQs, with its context.
@@ -224,24 +245,21 @@ impl UlpRecvDone {
     /// # Safety
     ///
     /// `f` may be called as the type invariant says until the returned value is dropped.
-    pub(crate) unsafe fn new(
-        f: unsafe extern "C" fn(
-            *mut bindings::ib_srq,
-            *mut bindings::ib_wc,
-            *mut c_void,
-            *mut c_void,
-        ),
-        ctx: *mut c_void,
-    ) -> Self {
+    pub(crate) unsafe fn new(f: UlpRecvFn, ctx: *mut c_void) -> Self {
         // INVARIANT: the caller's guarantee.
         UlpRecvDone { f, ctx }
     }
 
-    /// Calls the callback.
-    pub(crate) fn call(&self, srq: &Srq, wc: &Wc, buf: &RecvData<'_>) {
+    /// Calls the callback; an answer other than `IBEXT_RECV_KEEP` reposts.
+    pub(crate) fn call(&self, srq: &Srq, wc: &Wc, buf: &RecvData<'_>) -> RecvAction {
         // SAFETY: A live SRQ, a valid completion and a buffer not posted while the callback
         // runs (type invariants of `Srq`, `Wc`, `RecvData`); the callback is valid (invariant).
-        unsafe { (self.f)(srq.as_raw(), wc.as_raw(), buf.as_mut_ptr(), self.ctx) };
+        let a = unsafe { (self.f)(srq.as_raw(), wc.as_raw(), buf.as_mut_ptr(), self.ctx) };
+        if a == bindings::ibext_recv_action_IBEXT_RECV_KEEP {
+            RecvAction::Keep
+        } else {
+            RecvAction::Repost
+        }
     }
 }
 
@@ -260,6 +278,8 @@ struct RecvBuf {
     dma: u64,
     dev: *mut bindings::ib_device,
     owner: *const c_void,
+    /// Kept by the owner's handler, not posted.
+    kept: AtomicBool,
 }
 
 impl Drop for RecvBuf {
@@ -410,7 +430,40 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// Returns the managed buffers posted, or inside the handler on their way back.
     pub(crate) fn posted(&self) -> u64 {
         let lost = self.stat(SrqStat::Flushed) + self.stat(SrqStat::RepostFailures);
-        (self.0.bufs.len() as u64).saturating_sub(lost)
+        (self.0.bufs.len() as u64).saturating_sub(lost + self.kept())
+    }
+
+    /// Returns the buffers the handler kept and has not given back.
+    pub(crate) fn kept(&self) -> u64 {
+        self.stat(SrqStat::Kept)
+            .saturating_sub(self.stat(SrqStat::Returned))
+    }
+
+    /// Returns the index of the buffer whose `ib_cqe` is at `cqe`, if it is one of this SRQ's
+    /// (found by address only: `cqe` is never read).
+    pub(crate) fn buf_index(&self, cqe: *const c_void) -> Option<usize> {
+        let base = self.0.bufs.as_ptr() as usize;
+        let size = core::mem::size_of::<RecvBuf>();
+        let off = (cqe as usize).checked_sub(base)?;
+        let i = off / size;
+        (off % size == 0 && i < self.0.bufs.len()).then_some(i)
+    }
+
+    /// Gives back kept buffer `i` (see [`RecvSrq::buf_index`]) and posts it: the result of the
+    /// post, or `None` if the buffer is not kept (never kept, or given back twice).
+    pub(crate) fn repost(&self, i: usize) -> Option<Result> {
+        let b = self.0.bufs.get(i)?;
+        if !b.kept.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.0.stats.inc(SrqStat::Returned as usize);
+        // SAFETY: Mapped for its length (invariant of `RecvBuf`); the owner is done with it.
+        unsafe { bindings::ibext_shim_dma_sync_for_device(b.dev, b.dma, b.data.len()) };
+        let r = self.0.post(b);
+        if r.is_err() {
+            self.0.stats.inc(SrqStat::RepostFailures as usize);
+        }
+        Some(r)
     }
 
     /// Returns the bytes of receive buffer memory held.
@@ -557,6 +610,7 @@ fn fill_bufs<H: SrqHandler>(
                 dma: 0,
                 dev: dev.as_raw(),
                 owner,
+                kept: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?;
@@ -602,7 +656,11 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
             ptr: b.ptr,
             _buf: PhantomData,
         };
-        inner.handler.recv_done(inner.srq(), wc, data);
+        if inner.handler.recv_done(inner.srq(), wc, data) == RecvAction::Keep {
+            b.kept.store(true, Ordering::Release);
+            inner.stats.inc(SrqStat::Kept as usize);
+            return;
+        }
         // SAFETY: As above.
         unsafe { bindings::ibext_shim_dma_sync_for_device(b.dev, b.dma, len) };
     } else {

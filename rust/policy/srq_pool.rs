@@ -18,7 +18,7 @@ pub(crate) const MAX_POOL_BYTES: u64 = 256 << 20;
 
 /// ibext's bookkeeping per managed buffer, counted against [`MAX_POOL_BYTES`] (an upper bound
 /// of the size of its `RecvBuf`).
-pub(crate) const BUF_OVERHEAD: u64 = 64;
+pub(crate) const BUF_OVERHEAD: u64 = 80;
 
 /// Why a pool cannot be made as asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -220,7 +220,8 @@ unsafe extern "C" fn no_recv(
     _wc: *mut bindings::ib_wc,
     _buf: *mut core::ffi::c_void,
     _ctx: *mut core::ffi::c_void,
-) {
+) -> bindings::ibext_recv_action {
+    bindings::ibext_recv_action_IBEXT_RECV_REPOST
 }
 
 /// Making an SRQ pool with managed buffers (2 SRQs of 8) under a sweep: every allocation on the

@@ -13,7 +13,8 @@ use crate::{
     cq_engine::PollCtx,
     ib::capi::{
         ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_nr_srqs,
-        ibext_srq_pool_put, ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq, ibext_srq_pool_srq_ctx,
+        ibext_srq_pool_put, ibext_srq_pool_repost, ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq,
+        ibext_srq_pool_srq_ctx,
     },
     ib::srq::{eopnotsupp, Pd as PdView},
     ib::Device,
@@ -27,7 +28,7 @@ use crate::{
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
 use kernel::{c_str, prelude::*};
 
@@ -128,6 +129,11 @@ struct Rx {
     sleep_ms: AtomicU32,
     /// `rx_done` calls running now.
     inside: AtomicU32,
+    /// Whether `rx_done` keeps every buffer (`IBEXT_RECV_KEEP`), stashing its `wr_cqe`.
+    keep: AtomicBool,
+    /// Kept buffers' `wr_cqe`s, in `stash_len` order; taken (nulled) when given back.
+    stash: KVec<AtomicPtr<c_void>>,
+    stash_len: AtomicUsize,
 }
 
 // SAFETY: The raw pointers are only compared; the counters are atomics.
@@ -138,6 +144,10 @@ impl Rx {
     /// pool's `ctx`.
     fn new(qps: usize, per_qp: u32) -> Result<KBox<Self>> {
         let words = (qps * per_qp as usize).div_ceil(64);
+        let mut stash = KVec::with_capacity(qps * per_qp as usize, GFP_KERNEL)?;
+        for _ in 0..qps * per_qp as usize {
+            stash.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
+        }
         let mut seen = KVec::with_capacity(words, GFP_KERNEL)?;
         for _ in 0..words {
             seen.push(AtomicU64::new(0), GFP_KERNEL)?;
@@ -154,6 +164,9 @@ impl Rx {
                 flushed: AtomicU64::new(0),
                 sleep_ms: AtomicU32::new(0),
                 inside: AtomicU32::new(0),
+                keep: AtomicBool::new(false),
+                stash,
+                stash_len: AtomicUsize::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -199,7 +212,7 @@ unsafe extern "C" fn rx_done(
     wc: *mut bindings::ib_wc,
     buf: *mut c_void,
     ctx: *mut c_void,
-) {
+) -> bindings::ibext_recv_action {
     // SAFETY: The callback contract.
     let rx = unsafe { &*ctx.cast::<Rx>() };
     // Counted before the message, so that whoever sees the message counted sees this call.
@@ -210,7 +223,20 @@ unsafe extern "C" fn rx_done(
     if ms > 0 {
         msleep(ms);
     }
+    let mut action = bindings::ibext_recv_action_IBEXT_RECV_REPOST;
+    if rx.keep.load(Ordering::Acquire) {
+        let i = rx.stash_len.fetch_add(1, Ordering::AcqRel);
+        if let Some(slot) = rx.stash.get(i) {
+            // SAFETY: The callback contract: `wc` is valid.
+            slot.store(
+                unsafe { (*wc).__bindgen_anon_1.wr_cqe }.cast(),
+                Ordering::Release,
+            );
+            action = bindings::ibext_recv_action_IBEXT_RECV_KEEP;
+        }
+    }
     rx.inside.fetch_sub(1, Ordering::AcqRel);
+    action
 }
 
 /// One receive the test posts itself, reposted after each completion: on a per-QP receive queue
@@ -655,6 +681,92 @@ impl Fleet {
     }
 }
 
+/// Managed buffers that `recv_done` keeps (`IBEXT_RECV_KEEP`) stay the ULP's, with their
+/// contents, until `ibext_srq_pool_repost()`: 4 QPs send 2 messages each per round into one SRQ
+/// of 16 buffers; every round's 8 buffers are kept (posted drops by 8, destroy is refused) and
+/// given back before the next, so 256 messages need the reposts to get through. Every message
+/// arrives exactly once. Giving back a buffer twice, an address that is no buffer, or to a NULL
+/// pool is refused.
+fn kept_buffers_are_given_back() -> TestResult {
+    const QPS: usize = 4;
+    const PER_QP: u32 = 64;
+    const ROUND: u32 = 2;
+    let dev = required(c_str!("rxe0"))?;
+    let mut f = Fleet::new(
+        dev.device(),
+        QPS,
+        PER_QP,
+        Recv::Pool { nr: 1, size: 16 },
+        64,
+    )
+    .map_err(|_| Failed)?;
+    f.rx.keep.store(true, Ordering::Release);
+    let raw = f.pool.as_ref().map(|p| p.0).ok_or(Failed)?;
+    let mut given = 0;
+    let mut seq = 0;
+    while seq < PER_QP {
+        f.post_range(0, seq..seq + ROUND)?;
+        seq += ROUND;
+        let want = QPS as u64 * u64::from(seq);
+        let ok = wait_for(30_000, || f.rx.received.load(Ordering::Acquire) >= want);
+        kassert!(
+            ok,
+            "round to {}: {} of {} received",
+            seq,
+            f.rx.received.load(Ordering::Acquire),
+            want
+        );
+        let pool = f.pool()?;
+        kassert_eq!(pool.kept(), QPS as u64 * u64::from(ROUND));
+        kassert_eq!(pool.posted(), 16 - QPS as u64 * u64::from(ROUND));
+        if seq == ROUND {
+            kassert_eq!(f.pool.as_mut().map_or(0, Pool::destroy), EBUSY.to_errno());
+            bad_input_ok("srq_destroy.kept");
+        }
+        let end = f.rx.stash_len.load(Ordering::Acquire);
+        while given < end {
+            let cqe = f.rx.stash[given].swap(core::ptr::null_mut(), Ordering::AcqRel);
+            kassert!(!cqe.is_null(), "stash {} empty", given);
+            // SAFETY: A live pool; `cqe` is a kept buffer's.
+            kassert_eq!(unsafe { ibext_srq_pool_repost(raw, cqe.cast()) }, 0);
+            given += 1;
+            if given == 1 {
+                let mut r = 0;
+                let again = expect_warnings(|| {
+                    // SAFETY: As above; given back already.
+                    r = unsafe { ibext_srq_pool_repost(raw, cqe.cast()) };
+                });
+                kassert_eq!(again, 1);
+                kassert_eq!(r, EINVAL.to_errno());
+                bad_input_ok("srq_repost.not_kept");
+            }
+        }
+        kassert_eq!(f.pool()?.kept(), 0);
+        kassert_eq!(f.pool()?.posted(), 16);
+    }
+    let total = QPS as u64 * u64::from(PER_QP);
+    kassert_eq!(f.rx.received.load(Ordering::Acquire), total);
+    kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
+    kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
+    let mut x = 0u64;
+    let not_a_buffer: *mut bindings::ib_cqe = core::ptr::from_mut(&mut x).cast();
+    let mut r = 0;
+    let warned = expect_warnings(|| {
+        // SAFETY: A live pool; the address is only compared.
+        r = unsafe { ibext_srq_pool_repost(raw, not_a_buffer) };
+    });
+    kassert_eq!(warned, 1);
+    kassert_eq!(r, EINVAL.to_errno());
+    bad_input_ok("srq_repost.foreign");
+    // SAFETY: A NULL pool is refused before anything is used.
+    let r = unsafe { ibext_srq_pool_repost(core::ptr::null_mut(), not_a_buffer) };
+    kassert_eq!(r, EINVAL.to_errno());
+    bad_input_ok("srq_repost.null_pool");
+    f.rx.keep.store(false, Ordering::Release);
+    drop(f);
+    Ok(())
+}
+
 /// A pool without managed buffers, for a ULP that posts its own receives (as nvmet-rdma does):
 /// its SRQ count and each SRQ are reachable, each SRQ carries the ULP's context, found again from
 /// the SRQ `ibext_srq_pool_get` gave a QP, and traffic arrives exactly once in the ULP's own
@@ -689,10 +801,8 @@ fn ulp_posted_receives() -> TestResult {
         kassert!(k.is_some(), "QP's SRQ has no context of the test's");
         let k = k.ok_or(Failed)?;
         // SAFETY: As above.
-        kassert!(
-            unsafe { ibext_srq_pool_srq(raw, k as u32) } == r.1,
-            "context of another SRQ"
-        );
+        let srq_k = unsafe { ibext_srq_pool_srq(raw, k as u32) };
+        kassert!(srq_k == r.1, "context of another SRQ");
     }
     f.run(8)?;
 
@@ -724,7 +834,7 @@ fn ulp_posted_receives() -> TestResult {
     let other = Pool::create(&pd, &attr(1, 4, 0, None)).map_err(|_| Failed)?;
     // SAFETY: A live pool.
     let foreign = unsafe { ibext_srq_pool_srq(other.0, 0) };
-    let mut got = core::ptr::dangling_mut::<c_void>();
+    let mut got = core::ptr::NonNull::<c_void>::dangling().as_ptr();
     let warned = expect_warnings(|| {
         // SAFETY: A live pool; the SRQ is only compared.
         got = unsafe { ibext_srq_pool_srq_ctx(raw, foreign) };
@@ -1334,6 +1444,7 @@ kunit_suite!(
         drain_srq_qp_on_a_shared_cq,
         traffic_exactly_once,
         ulp_posted_receives,
+        kept_buffers_are_given_back,
         limit_events_are_counted,
         allocation_failure_unwinds,
         link_delete_after_cleanup,
