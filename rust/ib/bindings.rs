@@ -6,8 +6,12 @@
 //! `bindings_helper.h`, with the kernel's own C flags; it is never committed. The kernel's
 //! `kernel::bindings` on 6.12 has no RDMA types, hence this second, private set.
 //!
-//! Types here are distinct from those of `kernel::bindings` even where the C type is the same
-//! (`struct device`, say); ibext never mixes the two for one object.
+//! The C types that ibext passes between ib_core and `kernel::` abstractions (work items,
+//! workqueues, lockdep keys, dentries, seq_files, netdevs) are not generated here: Kbuild
+//! blocklists them (`ibext_bindgen_shared`) and they are imported from `kernel::bindings`, so
+//! each is one Rust type. The other types here are distinct from those of `kernel::bindings`
+//! even where the C type is the same (`struct device`, say); ibext never mixes the two for one
+//! object.
 
 // Generated code: which of these lints fire depends on the headers and the bindgen version, so
 // `expect` would itself warn. This is the one place the crate uses `allow`, as the kernel's own
@@ -28,6 +32,11 @@
 )]
 
 use kernel::ffi;
+
+/// Shared with `kernel::bindings`; the Kbuild's `ibext_bindgen_shared` blocklists them here.
+pub(crate) use kernel::bindings::{
+    dentry, lock_class_key, net_device, seq_file, work_struct, workqueue_struct,
+};
 
 type __kernel_size_t = usize;
 type __kernel_ssize_t = isize;
