@@ -31,6 +31,7 @@ use crate::{
         engine::{self, PassStats},
         moderation::{ModState, Moderation},
     },
+    stats::{Counters, Stat, Values},
 };
 #[cfg(ibext_kunit)]
 use core::sync::atomic::AtomicU8;
@@ -86,95 +87,122 @@ impl Drop for Workqueues {
     }
 }
 
-/// Counters of one pooled CQ, shown in debugfs.
-#[derive(Default)]
-pub(crate) struct CqStats {
-    /// Completion events: calls of the CQ's completion handler, our "interrupts".
-    pub(crate) events: AtomicU64,
-    /// Poll passes.
-    pub(crate) passes: AtomicU64,
+/// The statistics of one pooled CQ, in debugfs order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CqStat {
+    /// Completion events: calls of the CQ's completion handler, our "interrupts" (written by
+    /// the event handler).
+    Events,
+    /// Poll passes (this and the next four: written by the poller).
+    Passes,
     /// Completions handed to `wr_cqe->done`.
-    pub(crate) completions: AtomicU64,
+    Completions,
     /// Passes that used their whole budget and stayed in polling mode.
-    pub(crate) budget_exhausted: AtomicU64,
+    BudgetExhausted,
     /// DIM samples (`rdma_dim()` calls, one per pass).
-    pub(crate) samples: AtomicU64,
-    /// DIM profile changes applied.
-    pub(crate) profile_changes: AtomicU64,
+    Samples,
+    /// Adaptive mode: switches between interrupt and polling mode.
+    ModeSwitches,
+    /// DIM profile changes applied (this and the next three: written by the DIM work).
+    ProfileChanges,
     /// The highest DIM profile index applied so far.
-    pub(crate) profile_max: AtomicU64,
-    /// Passes run by the software-moderation timer instead of a completion event.
-    pub(crate) deferred_polls: AtomicU64,
-    /// Microseconds the software-moderation timer was asked to wait, summed.
-    pub(crate) deferred_asked_us: AtomicU64,
+    ProfileMax,
+    /// DIM profiles the device's `modify_cq` took.
+    HwApplied,
+    /// DIM profiles the device's `modify_cq` refused (software moderation took over).
+    HwRefused,
+    /// Passes run by the software-moderation timer instead of a completion event (this and the
+    /// next: written by the timer).
+    DeferredPolls,
     /// Microseconds from starting the timer to its callback, summed: how closely the timer
     /// follows the profile (under TCG, not closely).
-    pub(crate) deferred_waited_us: AtomicU64,
-    /// Adaptive mode: switches between interrupt and polling mode.
-    pub(crate) mode_switches: AtomicU64,
-    /// DIM profiles the device's `modify_cq` took.
-    pub(crate) hw_applied: AtomicU64,
-    /// DIM profiles the device's `modify_cq` refused (software moderation took over).
-    pub(crate) hw_refused: AtomicU64,
-    /// Re-arms that reported missed completions (another pass followed at once).
-    pub(crate) missed_at_rearm: AtomicU64,
+    DeferredWaitedUs,
+    /// Microseconds the software-moderation timer was asked to wait, summed (the poller).
+    DeferredAskedUs,
+    /// Re-arms that reported missed completions (another pass followed at once; the poller).
+    MissedAtRearm,
 }
 
-impl CqStats {
-    /// Adds one pass's counters. Only the poller writes these (one pass at a time), so a load
-    /// and a store suffice: no read-modify-write on the completion path; readers see whole
-    /// values.
-    fn add_pass(&self, p: &PassStats) {
-        let add = |c: &AtomicU64, n: u64| {
-            if n != 0 {
-                c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-            }
-        };
-        add(&self.passes, p.passes);
-        add(&self.completions, p.completions);
-        add(&self.budget_exhausted, p.budget_exhausted);
-        add(&self.samples, p.samples);
-        add(&self.mode_switches, p.mode_switches);
-        add(&self.missed_at_rearm, p.missed_at_rearm);
+/// The number of [`CqStat`]s.
+pub(crate) const NR_CQ_STATS: usize = 14;
+
+impl Stat for CqStat {
+    const ALL: &'static [Self] = &[
+        CqStat::Events,
+        CqStat::Passes,
+        CqStat::Completions,
+        CqStat::BudgetExhausted,
+        CqStat::Samples,
+        CqStat::ModeSwitches,
+        CqStat::ProfileChanges,
+        CqStat::ProfileMax,
+        CqStat::HwApplied,
+        CqStat::HwRefused,
+        CqStat::DeferredPolls,
+        CqStat::DeferredWaitedUs,
+        CqStat::DeferredAskedUs,
+        CqStat::MissedAtRearm,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            CqStat::Events => "events",
+            CqStat::Passes => "passes",
+            CqStat::Completions => "completions",
+            CqStat::BudgetExhausted => "budget_exhausted",
+            CqStat::Samples => "samples",
+            CqStat::ModeSwitches => "mode_switches",
+            CqStat::ProfileChanges => "profile_changes",
+            CqStat::ProfileMax => "profile_max",
+            CqStat::HwApplied => "hw_applied",
+            CqStat::HwRefused => "hw_refused",
+            CqStat::DeferredPolls => "deferred_polls",
+            CqStat::DeferredWaitedUs => "deferred_waited_us",
+            CqStat::DeferredAskedUs => "deferred_asked_us",
+            CqStat::MissedAtRearm => "missed_at_rearm",
+        }
+    }
+}
+
+/// The counters of one pooled CQ.
+type CqStats = Counters<CqStat, NR_CQ_STATS>;
+
+/// Adds one pass's counters. Only the poller writes these (one pass at a time), so a load and a
+/// store suffice: no read-modify-write on the completion path.
+fn add_pass(st: &CqStats, p: &PassStats) {
+    st.add_owned(CqStat::Passes, p.passes);
+    st.add_owned(CqStat::Completions, p.completions);
+    st.add_owned(CqStat::BudgetExhausted, p.budget_exhausted);
+    st.add_owned(CqStat::Samples, p.samples);
+    st.add_owned(CqStat::ModeSwitches, p.mode_switches);
+    st.add_owned(CqStat::MissedAtRearm, p.missed_at_rearm);
 }
 
 /// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
 /// benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CqSnapshot {
-    /// See [`CqStats::events`].
-    pub(crate) events: u64,
-    /// See [`CqStats::passes`].
-    pub(crate) passes: u64,
-    /// See [`CqStats::completions`].
-    pub(crate) completions: u64,
-    /// See [`CqStats::budget_exhausted`].
-    pub(crate) budget_exhausted: u64,
-    /// See [`CqStats::samples`].
-    pub(crate) samples: u64,
-    /// See [`CqStats::profile_changes`].
-    pub(crate) profile_changes: u64,
-    /// See [`CqStats::profile_max`].
-    pub(crate) profile_max: u64,
-    /// See [`CqStats::deferred_polls`].
-    pub(crate) deferred_polls: u64,
-    /// See [`CqStats::deferred_asked_us`].
-    pub(crate) deferred_asked_us: u64,
-    /// See [`CqStats::deferred_waited_us`].
-    pub(crate) deferred_waited_us: u64,
-    /// See [`CqStats::mode_switches`].
-    pub(crate) mode_switches: u64,
-    /// See [`CqStats::hw_applied`].
-    pub(crate) hw_applied: u64,
-    /// See [`CqStats::hw_refused`].
-    pub(crate) hw_refused: u64,
-    /// See [`CqStats::missed_at_rearm`].
-    pub(crate) missed_at_rearm: u64,
+    /// The counters.
+    pub(crate) stats: Values<CqStat, NR_CQ_STATS>,
     /// Whether the device moderates the CQ's events itself now.
     pub(crate) hw_moderation: bool,
     /// The DIM profile index now.
     pub(crate) profile_ix: u8,
+}
+
+impl CqSnapshot {
+    /// Returns counter `s`.
+    #[cfg_attr(
+        not(ibext_kunit),
+        expect(dead_code, reason = "used by the tests and benchmarks only")
+    )]
+    pub(crate) fn get(&self, s: CqStat) -> u64 {
+        self.stats.get(s)
+    }
 }
 
 /// The engine's part of a pooled CQ: its moderation, counters and owner.
@@ -206,23 +234,21 @@ impl Handler for EngineState {
         let mut poller = Poller { cq, ctl };
         let mut stats = PassStats::default();
         let report = engine::run_pass(&mut poller, e.moderation, st, budget, &mut stats);
-        e.stats.add_pass(&stats);
+        add_pass(&e.stats, &stats);
         report.completed
     }
 
     fn event(cq: &CqEngine) {
-        cq.handler().stats.events.fetch_add(1, Ordering::Relaxed);
+        cq.handler().stats.add(CqStat::Events, 1);
         cq.schedule_pass();
     }
 
     fn timer(cq: &CqEngine) {
         let e = cq.handler();
-        e.stats.deferred_polls.fetch_add(1, Ordering::Relaxed);
+        e.stats.add(CqStat::DeferredPolls, 1);
         let now = Ktime::ktime_get().to_ns() as u64;
         let waited = now.saturating_sub(e.timer_started.load(Ordering::Acquire));
-        e.stats
-            .deferred_waited_us
-            .fetch_add(waited / 1000, Ordering::Relaxed);
+        e.stats.add(CqStat::DeferredWaitedUs, waited / 1000);
         cq.schedule_pass();
     }
 
@@ -234,18 +260,12 @@ impl Handler for EngineState {
         e.hw_moderation
             .store(applied.in_hardware(), Ordering::Release);
         match applied {
-            dim::Applied::Hardware => {
-                e.stats.hw_applied.fetch_add(1, Ordering::Relaxed);
-            }
-            dim::Applied::Refused(_) => {
-                e.stats.hw_refused.fetch_add(1, Ordering::Relaxed);
-            }
+            dim::Applied::Hardware => e.stats.add(CqStat::HwApplied, 1),
+            dim::Applied::Refused(_) => e.stats.add(CqStat::HwRefused, 1),
             dim::Applied::Software => {}
         }
-        e.stats.profile_changes.fetch_add(1, Ordering::Relaxed);
-        e.stats
-            .profile_max
-            .fetch_max(u64::from(ix), Ordering::Relaxed);
+        e.stats.add(CqStat::ProfileChanges, 1);
+        e.stats.max(CqStat::ProfileMax, u64::from(ix));
     }
 
     fn async_event(cq: &CqEngine, event: u32) {
@@ -274,7 +294,7 @@ impl CqEngine {
             hw_moderation: AtomicBool::new(dev.has_modify_cq()),
             owner: owner as usize,
             timer_started: AtomicU64::new(0),
-            stats: CqStats::default(),
+            stats: CqStats::new(),
             #[cfg(ibext_kunit)]
             gate: AtomicU8::new(GATE_OPEN),
             _token: Token::new(Kind::PooledCq),
@@ -295,23 +315,8 @@ impl CqEngine {
     /// Returns a snapshot of the counters and the DIM profile.
     pub(crate) fn snapshot(&self) -> CqSnapshot {
         let e = self.handler();
-        let st = &e.stats;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CqSnapshot {
-            events: get(&st.events),
-            passes: get(&st.passes),
-            completions: get(&st.completions),
-            budget_exhausted: get(&st.budget_exhausted),
-            samples: get(&st.samples),
-            profile_changes: get(&st.profile_changes),
-            profile_max: get(&st.profile_max),
-            deferred_polls: get(&st.deferred_polls),
-            deferred_asked_us: get(&st.deferred_asked_us),
-            deferred_waited_us: get(&st.deferred_waited_us),
-            mode_switches: get(&st.mode_switches),
-            hw_applied: get(&st.hw_applied),
-            hw_refused: get(&st.hw_refused),
-            missed_at_rearm: get(&st.missed_at_rearm),
+            stats: e.stats.values(),
             hw_moderation: e.hw_moderation.load(Ordering::Relaxed),
             profile_ix: self.profile_ix(),
         }
@@ -329,9 +334,8 @@ impl CqEngine {
     /// Starts the software-moderation timer: the next pass in `usec` microseconds.
     fn defer(&self, usec: u16) {
         let e = self.handler();
-        e.stats
-            .deferred_asked_us
-            .fetch_add(usec.into(), Ordering::Relaxed);
+        // Called by the poller only (from its pass).
+        e.stats.add_owned(CqStat::DeferredAskedUs, usec.into());
         // Stored before the timer is started, so before its callback reads it.
         e.timer_started
             .store(Ktime::ktime_get().to_ns() as u64, Ordering::Release);

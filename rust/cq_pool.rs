@@ -287,34 +287,19 @@ impl CqPool {
                 continue;
             };
             let st = e.snapshot();
-            writeln!(
+            write!(
                 m,
-                "{} vector {} cqe {} used {} events {} passes {} completions {} budget_exhausted {} \
-                 moderation {} profile {} profile_max {} profile_changes {} samples {} \
-                 deferred_polls {} deferred_asked_us {} deferred_waited_us {} mode_switches {} \
-                 moderated_by {} hw_applied {} hw_refused {} missed_at_rearm {}",
+                "{} vector {} cqe {} used {} moderation {} profile {} moderated_by {} ",
                 self.ctx.name(),
                 slot.vector,
                 slot.capacity,
                 slot.used,
-                st.events,
-                st.passes,
-                st.completions,
-                st.budget_exhausted,
                 e.moderation().name(),
                 st.profile_ix,
-                st.profile_max,
-                st.profile_changes,
-                st.samples,
-                st.deferred_polls,
-                st.deferred_asked_us,
-                st.deferred_waited_us,
-                st.mode_switches,
                 if st.hw_moderation { "device" } else { "ibext" },
-                st.hw_applied,
-                st.hw_refused,
-                st.missed_at_rearm,
             )?;
+            st.stats.write(m)?;
+            writeln!(m)?;
         }
         Ok(())
     }

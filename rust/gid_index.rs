@@ -46,6 +46,7 @@ use crate::{
     },
     ledger::{Kind, Token},
     policy::gid_index::{self as policy, Entry, GidKey},
+    stats::{Stat, Values},
 };
 use core::{
     fmt::Write,
@@ -75,8 +76,8 @@ pub(crate) enum Counter {
 
 const NR_COUNTERS: usize = 7;
 
-impl Counter {
-    const ALL: [Counter; NR_COUNTERS] = [
+impl Stat for Counter {
+    const ALL: &'static [Self] = &[
         Counter::Hits,
         Counter::ConfirmedMisses,
         Counter::Fallbacks,
@@ -85,6 +86,10 @@ impl Counter {
         Counter::RescanFailures,
         Counter::Unindexed,
     ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -426,9 +431,8 @@ impl Show for GidIndex {
                 )?;
             }
         }
-        for c in Counter::ALL {
-            writeln!(m, "{} {}", c.name(), self.count(c))?;
-        }
-        Ok(())
+        let st: Values<Counter, NR_COUNTERS> = Values::read(|c| self.count(c));
+        st.write(m)?;
+        writeln!(m)
     }
 }

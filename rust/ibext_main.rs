@@ -21,6 +21,7 @@ mod ledger;
 mod legacy_dim;
 mod policy;
 mod srq_pool;
+mod stats;
 
 #[cfg(ibext_kunit)]
 mod tests;

@@ -435,17 +435,15 @@ impl Show for Core {
         )?;
         let refs = self.refs.lock();
         for (i, s) in self.srqs.iter().enumerate() {
-            writeln!(
+            write!(
                 m,
-                "srq {} refs {} posted {} completions {} errors {} repost_failures {} limit_events {}",
+                "srq {} refs {} posted {} ",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
                 s.posted(),
-                s.stat(SrqStat::Completions),
-                s.stat(SrqStat::Errors),
-                s.stat(SrqStat::RepostFailures),
-                s.stat(SrqStat::LimitEvents)
             )?;
+            s.stats().write(m)?;
+            writeln!(m)?;
         }
         Ok(())
     }

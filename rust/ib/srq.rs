@@ -23,6 +23,7 @@
 use crate::{
     bindings,
     ib::{cq::wait_for_dispatch, fault_point, gid::PerCpuCounters, init_work, Device, DeviceRef},
+    stats::{Stat, Values},
     warn::warn_on_once,
 };
 use core::{
@@ -167,7 +168,36 @@ pub(crate) enum SrqStat {
     Returned = 6,
 }
 
-const NR_STATS: usize = 7;
+/// The number of [`SrqStat`]s.
+pub(crate) const NR_SRQ_STATS: usize = 7;
+
+impl Stat for SrqStat {
+    const ALL: &'static [Self] = &[
+        SrqStat::Completions,
+        SrqStat::Errors,
+        SrqStat::Flushed,
+        SrqStat::RepostFailures,
+        SrqStat::LimitEvents,
+        SrqStat::Kept,
+        SrqStat::Returned,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SrqStat::Completions => "completions",
+            SrqStat::Errors => "errors",
+            SrqStat::Flushed => "flushed",
+            SrqStat::RepostFailures => "repost_failures",
+            SrqStat::LimitEvents => "limit_events",
+            SrqStat::Kept => "kept",
+            SrqStat::Returned => "returned",
+        }
+    }
+}
 
 /// What [`SrqHandler::recv_done`] does with the buffer (`enum ibext_recv_action`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,7 +345,7 @@ enum Phase {
 #[pin_data(PinnedDrop)]
 struct Inner<H: SrqHandler> {
     handler: H,
-    stats: PerCpuCounters<NR_STATS>,
+    stats: PerCpuCounters<NR_SRQ_STATS>,
     lkey: u32,
     limit: u32,
     limit_hit: AtomicBool,
@@ -425,6 +455,11 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// Returns statistic `s`, summed over every CPU.
     pub(crate) fn stat(&self, s: SrqStat) -> u64 {
         self.0.stats.sum(s as usize)
+    }
+
+    /// Returns every statistic, summed over every CPU.
+    pub(crate) fn stats(&self) -> Values<SrqStat, NR_SRQ_STATS> {
+        Values::read(|s| self.stat(s))
     }
 
     /// Returns the managed buffers posted, or inside the handler on their way back.

@@ -24,6 +24,7 @@ use super::{
     srq::srq_bench,
     stream::{now_ns, Stream},
 };
+use crate::cq_engine::CqStat;
 use crate::{
     api::PooledCq,
     bindings, client,
@@ -224,13 +225,13 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
             .iter()
             .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
         {
-            t.0 += info.events;
-            t.1 += info.deferred_polls;
-            t.2 += info.mode_switches;
-            t.3 = t.3.max(info.profile_max as u8);
-            t.4 += info.profile_changes;
-            t.5 += info.deferred_asked_us;
-            t.6 += info.deferred_waited_us;
+            t.0 += info.get(CqStat::Events);
+            t.1 += info.get(CqStat::DeferredPolls);
+            t.2 += info.get(CqStat::ModeSwitches);
+            t.3 = t.3.max(info.get(CqStat::ProfileMax) as u8);
+            t.4 += info.get(CqStat::ProfileChanges);
+            t.5 += info.get(CqStat::DeferredAskedUs);
+            t.6 += info.get(CqStat::DeferredWaitedUs);
         }
         if !matches!(setup, Setup::Ibext(..)) {
             t.0 = cqs.tap.events.load(Ordering::Acquire);

@@ -8,6 +8,7 @@
 
 use super::guest::cqp;
 use super::{guest::DeviceRef, traffic::Loopback};
+use crate::cq_engine::CqStat;
 use crate::{
     api::PooledCq,
     bindings, client,
@@ -81,7 +82,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
         distinct
             .iter()
             .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
-            .map(|i| i.mode_switches)
+            .map(|i| i.get(CqStat::ModeSwitches))
             .sum()
     };
     let mut lb = Loopback::new(dev.device(), DEPTH, &raw)?;
@@ -93,7 +94,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
             distinct
                 .iter()
                 .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
-                .all(|i| i.mode_switches % 2 == 0)
+                .all(|i| i.get(CqStat::ModeSwitches) % 2 == 0)
         });
         kassert!(idle, "round {}: a CQ stayed in polling mode", round);
         let before = switches();
@@ -244,7 +245,7 @@ fn modify_cq_reaches_the_device() -> TestResult {
             kassert!(info().hw_moderation, "profile {}", ix);
             seen.push((ix, got.0, got.1), GFP_KERNEL)?;
         }
-        kassert_eq!(info().hw_applied, 8);
+        kassert_eq!(info().get(CqStat::HwApplied), 8);
         // A legacy CQ's profile goes the same way.
         with_legacy_cq(64, |_, lcq| {
             // SAFETY: Our live CQ, made by `ib_create_cq`.
@@ -273,21 +274,21 @@ fn modify_cq_reaches_the_device() -> TestResult {
         engine.test_force_profile(2);
         REC_REFUSE.store(false, Ordering::Release);
         kassert!(!info().hw_moderation);
-        kassert_eq!(info().hw_refused, 1);
+        kassert_eq!(info().get(CqStat::HwRefused), 1);
     }
     kernel::kunit::info(format_args!(
         "    # modify_cq: profiles (ix, comps, usec) applied on rxe0: {:?}\n",
         &seen[..]
     ));
     // Software moderation at profile 2 (2 us, 4 completions) defers polls instead of re-arming.
-    let deferred = info().deferred_polls;
+    let deferred = info().get(CqStat::DeferredPolls);
     let mut lb = Loopback::new(dev.device(), 4, &[(raw, raw)])?;
     for round in 0..2u32 {
         let res = lb.round(round, false, 20_000);
         kassert!(res.is_ok(), "round {}: {:?}", round, res);
     }
     drop(lb);
-    let did = super::guest::wait_for(20_000, || info().deferred_polls > deferred);
+    let did = super::guest::wait_for(20_000, || info().get(CqStat::DeferredPolls) > deferred);
     kassert!(did, "no deferred poll after the device refused");
     // The original op (none) is back: the next profile is applied in software.
     let calls = REC_CALLS.load(Ordering::Acquire);
