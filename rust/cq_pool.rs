@@ -5,6 +5,9 @@
 //! The decisions (vector, least-used CQ, growth size, size checks, put accounting) are in
 //! `policy::cq_pool`; this file holds the CQs and the locks.
 //!
+//! About 520 lines: the pools' locking (grow, inner, the retirement count) is one argument
+//! whose parts (get, put, grow, retire, release) are kept together.
+//!
 //! Lock order, for each [`CqPool`]:
 //!
 //! 1. `grow` (mutex): held by a caller that found no room, across making a new set of CQs, so

@@ -18,6 +18,7 @@ pub(crate) mod event;
 pub(crate) mod gid;
 pub(crate) mod polled_cq;
 pub(crate) mod srq;
+pub(crate) mod verbs;
 pub(crate) mod warn;
 
 /// A step of making an object that can fail; in the KUnit flavour a test can make it fail with

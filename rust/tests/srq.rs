@@ -2,6 +2,10 @@
 
 //! `ibext_srq`: SRQ pools on rxe0, with loopback RC QPs whose receives come from the pool's
 //! managed buffers through pooled CQs.
+//!
+//! About 1450 lines: the suite's fixtures (a PD, pools made through the C API, a fleet of
+//! loopback QPs with every receive setup: managed buffers, per-QP queues, ULP-posted receives
+//! on pooled SRQs) and the cases that share them. Splitting it is open work (issue 12).
 
 use super::{
     guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links, wait_for},
