@@ -138,18 +138,20 @@ impl SrqPool {
     /// Makes a pool on `pd` (see `ibext_srq_pool_create`); on error everything made is undone.
     pub(crate) fn create(pd: &Pd, args: CreateArgs) -> Result<KBox<Self>> {
         let dev = pd.device();
+        // The pool spreads over the vectors the device's CQ pools use: one source for both.
+        let state = crate::client::device_state(dev).ok_or(ENODEV)?;
+        let state_vectors = state.comp_vectors();
         let a = dev.attrs();
         let caps = policy::Caps {
             max_srq: u32::try_from(a.max_srq).unwrap_or(0),
             max_srq_wr: u32::try_from(a.max_srq_wr).unwrap_or(0),
             max_srq_sge: u32::try_from(a.max_srq_sge).unwrap_or(0),
-            vectors: dev.usable_comp_vectors(),
+            vectors: state_vectors,
         };
         let plan = policy::plan(&args.req, &caps).map_err(|r| match r {
             policy::Refusal::Invalid => EINVAL,
             policy::Refusal::NotSupported => eopnotsupp(),
         })?;
-        let state = crate::client::device_state(dev).ok_or(ENODEV)?;
         let n = plan.nr_srqs as usize;
         fault_point()?;
         let mut srqs = RecvSrqs::with_capacity(n)?;

@@ -47,7 +47,10 @@ impl Event {
 
 /// What an [`EventWork`]'s callbacks do with its data.
 pub(crate) trait EventWorker: Send + Sync + Sized {
-    /// An event of the device, in the context ib_core dispatches it in (it may not sleep).
+    /// An event of the device, called by `ib_dispatch_event_clients` with the device's
+    /// `event_handler_rwsem` held for reading (and, for a GID change, the port's GID table
+    /// mutex, `dispatch_gid_change_event` in drivers/infiniband/core/cache.c): it must not wait
+    /// for anything that waits on those.
     fn event(this: &EventWork<Self>, ev: &Event);
     /// The work item runs (process context; it may sleep).
     fn work(this: &EventWork<Self>);

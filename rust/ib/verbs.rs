@@ -69,8 +69,9 @@ impl Srq {
         self.0.get()
     }
 
-    /// Returns whether a QP still uses the SRQ (`srq->usecnt`, which `ib_create_qp` raises
-    /// and `ib_destroy_qp_user` lowers).
+    /// Returns whether a QP still uses the SRQ (`srq->usecnt`, which `ib_qp_usecnt_inc` raises
+    /// when a QP is made and `ib_qp_usecnt_dec` lowers when it is destroyed; drivers/infiniband/
+    /// core/verbs.c, where `ib_destroy_srq_user` refuses while it is not 0).
     pub(crate) fn in_use(&self) -> bool {
         // SAFETY: The SRQ is live (type invariant).
         unsafe { bindings::ibext_shim_srq_in_use(self.as_raw()) }
