@@ -31,7 +31,7 @@ use crate::{
         engine::{self, PassStats},
         moderation::{ModState, Moderation},
     },
-    stats::{Counters, Stat, Values},
+    stats::{stat_enum, Counters, Values},
 };
 #[cfg(ibext_kunit)]
 use core::sync::atomic::AtomicU8;
@@ -87,89 +87,45 @@ impl Drop for Workqueues {
     }
 }
 
-/// The statistics of one pooled CQ, in debugfs order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CqStat {
-    /// Completion events: calls of the CQ's completion handler, our "interrupts" (written by
-    /// the event handler).
-    Events,
-    /// Poll passes (this and the next four: written by the poller).
-    Passes,
-    /// Completions handed to `wr_cqe->done`.
-    Completions,
-    /// Passes that used their whole budget and stayed in polling mode.
-    BudgetExhausted,
-    /// DIM samples (`rdma_dim()` calls, one per pass).
-    Samples,
-    /// Adaptive mode: switches between interrupt and polling mode.
-    ModeSwitches,
-    /// DIM profile changes applied (this and the next three: written by the DIM work).
-    ProfileChanges,
-    /// The highest DIM profile index applied so far.
-    ProfileMax,
-    /// DIM profiles the device's `modify_cq` took.
-    HwApplied,
-    /// DIM profiles the device's `modify_cq` refused (software moderation took over).
-    HwRefused,
-    /// Passes run by the software-moderation timer instead of a completion event (this and the
-    /// next: written by the timer).
-    DeferredPolls,
-    /// Microseconds from starting the timer to its callback, summed: how closely the timer
-    /// follows the profile (under TCG, not closely).
-    DeferredWaitedUs,
-    /// Microseconds the software-moderation timer was asked to wait, summed (the poller).
-    DeferredAskedUs,
-    /// Re-arms that reported missed completions (another pass followed at once; the poller).
-    MissedAtRearm,
-}
-
-/// The number of [`CqStat`]s.
-pub(crate) const NR_CQ_STATS: usize = 14;
-
-impl Stat for CqStat {
-    const ALL: &'static [Self] = &[
-        CqStat::Events,
-        CqStat::Passes,
-        CqStat::Completions,
-        CqStat::BudgetExhausted,
-        CqStat::Samples,
-        CqStat::ModeSwitches,
-        CqStat::ProfileChanges,
-        CqStat::ProfileMax,
-        CqStat::HwApplied,
-        CqStat::HwRefused,
-        CqStat::DeferredPolls,
-        CqStat::DeferredWaitedUs,
-        CqStat::DeferredAskedUs,
-        CqStat::MissedAtRearm,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            CqStat::Events => "events",
-            CqStat::Passes => "passes",
-            CqStat::Completions => "completions",
-            CqStat::BudgetExhausted => "budget_exhausted",
-            CqStat::Samples => "samples",
-            CqStat::ModeSwitches => "mode_switches",
-            CqStat::ProfileChanges => "profile_changes",
-            CqStat::ProfileMax => "profile_max",
-            CqStat::HwApplied => "hw_applied",
-            CqStat::HwRefused => "hw_refused",
-            CqStat::DeferredPolls => "deferred_polls",
-            CqStat::DeferredWaitedUs => "deferred_waited_us",
-            CqStat::DeferredAskedUs => "deferred_asked_us",
-            CqStat::MissedAtRearm => "missed_at_rearm",
-        }
+stat_enum! {
+    /// The statistics of one pooled CQ, in debugfs order.
+    pub(crate) enum CqStat {
+        /// Completion events: calls of the CQ's completion handler, our "interrupts" (written by
+        /// the event handler).
+        Events => "events",
+        /// Poll passes (this and the next four: written by the poller).
+        Passes => "passes",
+        /// Completions handed to `wr_cqe->done`.
+        Completions => "completions",
+        /// Passes that used their whole budget and stayed in polling mode.
+        BudgetExhausted => "budget_exhausted",
+        /// DIM samples (`rdma_dim()` calls, one per pass).
+        Samples => "samples",
+        /// Adaptive mode: switches between interrupt and polling mode.
+        ModeSwitches => "mode_switches",
+        /// DIM profile changes applied (this and the next three: written by the DIM work).
+        ProfileChanges => "profile_changes",
+        /// The highest DIM profile index applied so far.
+        ProfileMax => "profile_max",
+        /// DIM profiles the device's `modify_cq` took.
+        HwApplied => "hw_applied",
+        /// DIM profiles the device's `modify_cq` refused (software moderation took over).
+        HwRefused => "hw_refused",
+        /// Passes run by the software-moderation timer instead of a completion event (this and the
+        /// next: written by the timer).
+        DeferredPolls => "deferred_polls",
+        /// Microseconds from starting the timer to its callback, summed: how closely the timer
+        /// follows the profile (under TCG, not closely).
+        DeferredWaitedUs => "deferred_waited_us",
+        /// Microseconds the software-moderation timer was asked to wait, summed (the poller).
+        DeferredAskedUs => "deferred_asked_us",
+        /// Re-arms that reported missed completions (another pass followed at once; the poller).
+        MissedAtRearm => "missed_at_rearm",
     }
 }
 
 /// The counters of one pooled CQ.
-type CqStats = Counters<CqStat, NR_CQ_STATS>;
+type CqStats = Counters<CqStat, { CqStat::COUNT }>;
 
 /// Adds one pass's counters. Only the poller writes these (one pass at a time), so a load and a
 /// store suffice: no read-modify-write on the completion path.
@@ -187,7 +143,7 @@ fn add_pass(st: &CqStats, p: &PassStats) {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CqSnapshot {
     /// The counters.
-    pub(crate) stats: Values<CqStat, NR_CQ_STATS>,
+    pub(crate) stats: Values<CqStat, { CqStat::COUNT }>,
     /// Whether the device moderates the CQ's events itself now.
     pub(crate) hw_moderation: bool,
     /// The DIM profile index now.

@@ -46,7 +46,7 @@ use crate::{
     },
     ledger::{Kind, Token},
     policy::gid_index::{self as policy, Entry, GidKey},
-    stats::{Stat, Values},
+    stats::{stat_enum, Values},
 };
 use core::{
     fmt::Write,
@@ -54,53 +54,23 @@ use core::{
 };
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
-/// The per-CPU counters of a [`GidIndex`], by index.
-#[derive(Clone, Copy)]
-#[repr(u32)]
-pub(crate) enum Counter {
-    /// Lookups answered by a confirmed entry of the mirror.
-    Hits = 0,
-    /// Lookups answered "no such GID" by a current mirror.
-    ConfirmedMisses = 1,
-    /// Lookups handed to ib_core's own search: stale candidate or rescan pending.
-    Fallbacks = 2,
-    /// Candidates that did not confirm (the table changed after the snapshot).
-    Stale = 3,
-    /// Rescans that published a snapshot.
-    Rescans = 4,
-    /// Rescans that could not allocate; the old snapshot stays and lookups fall back.
-    RescanFailures = 5,
-    /// Lookups on ports that are not mirrored (IB, iWARP), answered by ib_core.
-    Unindexed = 6,
-}
-
-const NR_COUNTERS: usize = 7;
-
-impl Stat for Counter {
-    const ALL: &'static [Self] = &[
-        Counter::Hits,
-        Counter::ConfirmedMisses,
-        Counter::Fallbacks,
-        Counter::Stale,
-        Counter::Rescans,
-        Counter::RescanFailures,
-        Counter::Unindexed,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Counter::Hits => "hits",
-            Counter::ConfirmedMisses => "confirmed_misses",
-            Counter::Fallbacks => "fallbacks",
-            Counter::Stale => "stale",
-            Counter::Rescans => "rescans",
-            Counter::RescanFailures => "rescan_failures",
-            Counter::Unindexed => "unindexed",
-        }
+stat_enum! {
+    /// The per-CPU counters of a [`GidIndex`], by index.
+    pub(crate) enum Counter {
+        /// Lookups answered by a confirmed entry of the mirror.
+        Hits => "hits",
+        /// Lookups answered "no such GID" by a current mirror.
+        ConfirmedMisses => "confirmed_misses",
+        /// Lookups handed to ib_core's own search: stale candidate or rescan pending.
+        Fallbacks => "fallbacks",
+        /// Candidates that did not confirm (the table changed after the snapshot).
+        Stale => "stale",
+        /// Rescans that published a snapshot.
+        Rescans => "rescans",
+        /// Rescans that could not allocate; the old snapshot stays and lookups fall back.
+        RescanFailures => "rescan_failures",
+        /// Lookups on ports that are not mirrored (IB, iWARP), answered by ib_core.
+        Unindexed => "unindexed",
     }
 }
 
@@ -190,7 +160,7 @@ impl Port {
 #[pin_data]
 pub(crate) struct Index {
     ports: KVec<Port>,
-    counters: PerCpuCounters<NR_COUNTERS>,
+    counters: PerCpuCounters<{ Counter::COUNT }>,
     #[pin]
     rescan: Mutex<()>,
 }
@@ -431,7 +401,7 @@ impl Show for GidIndex {
                 )?;
             }
         }
-        let st: Values<Counter, NR_COUNTERS> = Values::read(|c| self.count(c));
+        let st: Values<Counter, { Counter::COUNT }> = Values::read(|c| self.count(c));
         st.write(m)?;
         writeln!(m)
     }

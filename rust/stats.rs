@@ -123,3 +123,40 @@ impl<S: Stat, const N: usize> Values<S, N> {
         Ok(())
     }
 }
+
+/// Declares the statistics enum of an object kind and its [`Stat`] implementation from one
+/// list: each variant with its debugfs name, in index order; `COUNT` is the number of them.
+macro_rules! stat_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $var:ident => $str:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $var, )*
+        }
+
+        impl $name {
+            /// The number of statistics.
+            $vis const COUNT: usize = [$($str),*].len();
+        }
+
+        impl $crate::stats::Stat for $name {
+            const ALL: &'static [Self] = &[$($name::$var),*];
+
+            fn index(self) -> usize {
+                self as usize
+            }
+
+            fn name(self) -> &'static str {
+                match self {
+                    $( $name::$var => $str, )*
+                }
+            }
+        }
+    };
+}
+pub(crate) use stat_enum;

@@ -26,7 +26,7 @@
 use crate::{
     bindings,
     ib::{cq::wait_for_dispatch, fault_point, gid::PerCpuCounters, init_work, Device, DeviceRef},
-    stats::{Stat, Values},
+    stats::{stat_enum, Values},
     warn::warn_on_once,
 };
 
@@ -39,54 +39,24 @@ use core::{
 };
 use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
-/// The statistics of a [`RecvSrq`], counted per CPU (the pollers of several CQs, on several
-/// CPUs, complete receives of one SRQ).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SrqStat {
-    /// Receives completed successfully and handed to the handler.
-    Completions = 0,
-    /// Receives completed in error, events other than the limit, and failed limit re-arms.
-    Errors = 1,
-    /// Receives flushed: no longer posted.
-    Flushed = 2,
-    /// Receives whose repost failed: no longer posted.
-    RepostFailures = 3,
-    /// `IB_EVENT_SRQ_LIMIT_REACHED` events.
-    LimitEvents = 4,
-    /// Buffers the handler kept ([`RecvAction::Keep`]).
-    Kept = 5,
-    /// Kept buffers given back ([`RecvSrq::repost`]).
-    Returned = 6,
-}
-
-/// The number of [`SrqStat`]s.
-pub(crate) const NR_SRQ_STATS: usize = 7;
-
-impl Stat for SrqStat {
-    const ALL: &'static [Self] = &[
-        SrqStat::Completions,
-        SrqStat::Errors,
-        SrqStat::Flushed,
-        SrqStat::RepostFailures,
-        SrqStat::LimitEvents,
-        SrqStat::Kept,
-        SrqStat::Returned,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            SrqStat::Completions => "completions",
-            SrqStat::Errors => "errors",
-            SrqStat::Flushed => "flushed",
-            SrqStat::RepostFailures => "repost_failures",
-            SrqStat::LimitEvents => "limit_events",
-            SrqStat::Kept => "kept",
-            SrqStat::Returned => "returned",
-        }
+stat_enum! {
+    /// The statistics of a [`RecvSrq`], counted per CPU (the pollers of several CQs, on several
+    /// CPUs, complete receives of one SRQ).
+    pub(crate) enum SrqStat {
+        /// Receives completed successfully and handed to the handler.
+        Completions => "completions",
+        /// Receives completed in error, events other than the limit, and failed limit re-arms.
+        Errors => "errors",
+        /// Receives flushed: no longer posted.
+        Flushed => "flushed",
+        /// Receives whose repost failed: no longer posted.
+        RepostFailures => "repost_failures",
+        /// `IB_EVENT_SRQ_LIMIT_REACHED` events.
+        LimitEvents => "limit_events",
+        /// Buffers the handler kept ([`RecvAction::Keep`]).
+        Kept => "kept",
+        /// Kept buffers given back ([`RecvSrq::repost`]).
+        Returned => "returned",
     }
 }
 
@@ -186,7 +156,7 @@ enum Phase {
 #[pin_data(PinnedDrop)]
 struct Inner<H: SrqHandler> {
     handler: H,
-    stats: PerCpuCounters<NR_SRQ_STATS>,
+    stats: PerCpuCounters<{ SrqStat::COUNT }>,
     lkey: u32,
     limit: u32,
     limit_hit: AtomicBool,
@@ -299,7 +269,7 @@ impl<H: SrqHandler> RecvSrq<H> {
     }
 
     /// Returns every statistic, summed over every CPU.
-    pub(crate) fn stats(&self) -> Values<SrqStat, NR_SRQ_STATS> {
+    pub(crate) fn stats(&self) -> Values<SrqStat, { SrqStat::COUNT }> {
         Values::read(|s| self.stat(s))
     }
 
