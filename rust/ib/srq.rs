@@ -123,6 +123,10 @@ struct RecvBuf {
     kept: AtomicBool,
 }
 
+// The pool's size cap counts this much bookkeeping per buffer.
+const _: () =
+    assert!(core::mem::size_of::<RecvBuf>() as u64 <= crate::policy::srq_pool::BUF_OVERHEAD);
+
 impl Drop for RecvBuf {
     fn drop(&mut self) {
         if self.dma != 0 {
