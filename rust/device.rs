@@ -6,12 +6,13 @@
 //! state itself lives as long as its users, not as long as ibext's client:
 //!
 //! - the client data holds one reference, from `add` until `remove`;
-//! - every SRQ pool holds one (and a device reference of its own) until it is destroyed;
-//! - pooled CQs still in use at `remove` make the state hold a reference to itself, with a
-//!   device reference, until the last of them is put back (`cq_keep`); the put that brings the
-//!   last one to zero destroys the CQs and drops both (see `cq_pool.rs`, "Lifetime").
+//! - every SRQ pool holds one until it is destroyed;
+//! - pooled CQs still in use at `remove` make the state hold a reference to itself until the
+//!   last of them is put back (`cq_keep`); the put that brings the last one to zero destroys
+//!   the CQs and drops it (see `cq_pool.rs`, "Lifetime").
 //!
-//! The device reference is what ib_core's unregistration waits for after removing every client
+//! The state holds a device reference for its whole life. That is what ib_core's
+//! unregistration waits for after removing every client
 //! (`disable_device`: `ib_device_put` then `wait_for_completion(&unreg_completion)`), so a ULP
 //! driven by rdma_cm, removed after ibext, still finds its CQs working when it drains its QPs.
 //!
@@ -24,7 +25,6 @@ use crate::{
     gid_index::GidIndex,
     ib::{client::ClientData, cq::CqPtr, Device, DeviceRef},
     ledger::{Kind, Token},
-    warn::warn_on_once,
 };
 use core::{
     ffi::c_void,
@@ -91,19 +91,13 @@ impl DevFiles {
     }
 }
 
-/// What keeps the state and its device alive while pooled CQs are in use after `remove`.
-struct CqKeep {
-    _state: Arc<DeviceState>,
-    _dev: DeviceRef,
-}
-
 /// ibext's state for one registered RDMA device.
 ///
 /// # Invariants
 ///
-/// `dev` is live while the state is: registered from `add` until `remove`, and after `remove`
-/// held by the device references of the state's remaining users (SRQ pools, `cq_keep`). The
-/// state is reached by lookups only through the client data, which `remove` clears first.
+/// `dev` is live while the state is (the state holds its reference): after `remove`, the
+/// state's remaining users (SRQ pools, `cq_keep`) keep it, and with it the device. The state is
+/// reached by lookups only through the client data, which `remove` clears first.
 #[pin_data]
 pub(crate) struct DeviceState {
     /// Held for the state's whole life: a user of the state (a pooled CQ in use, an SRQ
@@ -118,9 +112,10 @@ pub(crate) struct DeviceState {
     gid_index: GidIndex,
     /// SRQ pools ULPs made on the device and have not destroyed yet.
     srq_pools: AtomicUsize,
-    /// Set while pooled CQs are in use after `remove`.
+    /// The state's reference to itself while pooled CQs are in use after `remove`; through
+    /// `dev` it keeps the device's unregistration waiting until the last of them is put back.
     #[pin]
-    cq_keep: SpinLock<Option<CqKeep>>,
+    cq_keep: SpinLock<Option<Arc<DeviceState>>>,
     _token: Token,
 }
 
@@ -129,11 +124,8 @@ impl DeviceState {
     /// the caller to drop once it no longer uses `self`.
     fn release_cqs(&self) -> Option<Arc<DeviceState>> {
         self.cq_pools.release();
-        let keep = self.cq_keep.lock().take()?;
-        let CqKeep { _state, _dev } = keep;
-        // The CQs are gone: the device may finish unregistering.
-        drop(_dev);
-        Some(_state)
+        // The CQs are gone: once the caller drops this, the device may finish unregistering.
+        self.cq_keep.lock().take()
     }
 
     /// Gives back `nr_cqe` entries of the pooled CQ `cq` (see `ibext_cq_pool_put`), before or
@@ -261,20 +253,7 @@ impl ClientData for DeviceState {
         // Idle pooled CQs go now; busy ones stay live until their last put.
         let busy = this.cq_pools.retire_begin(dev);
         if busy != 0 {
-            match DeviceRef::try_get(dev) {
-                Some(dev_ref) => {
-                    let keep = CqKeep {
-                        _state: this.clone(),
-                        _dev: dev_ref,
-                    };
-                    *this.cq_keep.lock() = Some(keep);
-                }
-                // `disable_device` holds the device's refcount while clients are removed, and
-                // client unregistration runs with the device registered: cannot happen.
-                None => {
-                    warn_on_once!(true, "no device reference during remove");
-                }
-            }
+            *this.cq_keep.lock() = Some(this.clone());
         }
         let keep = if this.cq_pools.retire_end() {
             this.release_cqs()

@@ -3,10 +3,9 @@
 //! Thin views of ib_core objects, and the kernel services ibext builds on.
 //!
 //! `rust/ib/` holds the typed wrappers through which the feature files reach ib_core and the
-//! kernel: this file (devices, device references, RCU, lockdep classes, work item
-//! initialization) and [`cq`] (a CQ that ibext polls itself). Files that still call
-//! `bindings::` directly outside it (`client.rs`, `debugfs.rs`, `dim.rs`, and the feature files
-//! listed in Documentation/ibext.rst) are moving here.
+//! kernel, and is (with the C shim and the tests) the only place that names `bindings::` or
+//! contains `unsafe`: this file (devices, device references, RCU, lockdep classes, work item
+//! initialization, fault points) and the modules below, listed in Documentation/ibext.rst.
 
 pub(crate) mod bindings;
 pub(crate) mod capi;
