@@ -14,7 +14,7 @@
 #   ibext-guest: done <steps>               the guest finished normally
 
 /bin/busybox --install -s /bin
-export PATH=/usr/sbin:/bin:/sbin
+export PATH=/usr/sbin:/usr/bin:/bin:/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
@@ -209,6 +209,187 @@ cm_ulp_removal() {
 	echo "$CM_CYCLES removal cycles"
 }
 
+# NVMe over RDMA through ibext: the ports of ulp/ (nvmet-rdma-ibext as the
+# target, nvme-rdma-ibext as the host) in this guest, looped back over rxe1.
+# Not rxe0: an address whose GID index is above 255 cannot be connected to
+# (struct ib_global_route's sgid_index is a u8), and rxe0's table is filled
+# to 994 entries for the GID tests. The namespace is a memory-backed null_blk
+# device, so data written before a reconnect can be verified after it. Every
+# wait is bounded by a watchdog, never by a sleep that assumes the guest's
+# speed.
+NVME_ADDR=10.12.0.1
+NVME_RXE=rxe1
+NVME_RXE_ADD=$RXE_ADD1
+NQN=nqn.2026-12.org.ibext:$NVME_RXE
+HOSTID=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a5b
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
+CFS=/sys/kernel/config
+NS_MB=32
+NVME_IOQ=4
+
+# wait_for <seconds> <what> <command...>: poll once a second until the command
+# succeeds; fail with <what> after <seconds>.
+wait_for() {
+	limit=$1 what=$2
+	shift 2
+	t=0
+	until "$@"; do
+		sleep 1
+		t=$((t + 1))
+		[ $t -lt "$limit" ] || { echo "$what: not after ${t}s"; return 1; }
+	done
+}
+
+nvme_target_up() {
+	grep -q " $CFS " /proc/mounts || mount -t configfs configfs $CFS || return 1
+	ip addr add $NVME_ADDR/24 dev veth2 2>/dev/null
+	wait_for 300 "$NVME_RXE's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
+	modprobe null_blk nr_devices=0 && modprobe nvmet || return 1
+	insmod /ibext/ulp/nvmet-rdma-ibext.ko || return 1
+	B=$CFS/nullb/nullb0
+	mkdir $B && echo $NS_MB > $B/size && echo 4096 > $B/blocksize &&
+		echo 1 > $B/memory_backed && echo 1 > $B/power || return 1
+	S=$CFS/nvmet/subsystems/$NQN
+	mkdir $S && echo 1 > $S/attr_allow_any_host || return 1
+	mkdir $S/namespaces/1 && echo /dev/nullb0 > $S/namespaces/1/device_path &&
+		echo 1 > $S/namespaces/1/enable || return 1
+	P=$CFS/nvmet/ports/1
+	mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
+		echo $NVME_ADDR > $P/addr_traddr && echo 4420 > $P/addr_trsvcid || return 1
+	nvme_port_enable
+}
+
+# Linking the subsystem to the port makes nvmet-rdma listen on it.
+nvme_port_enable() { ln -s $CFS/nvmet/subsystems/$NQN $CFS/nvmet/ports/1/subsystems/$NQN; }
+nvme_port_disable() { rm $CFS/nvmet/ports/1/subsystems/$NQN; }
+
+nvme_target_down() {
+	nvme_port_disable || return 1
+	rmdir $CFS/nvmet/ports/1 $CFS/nvmet/subsystems/$NQN/namespaces/1 \
+		$CFS/nvmet/subsystems/$NQN || return 1
+	rmmod nvmet_rdma_ibext || return 1
+	rmdir $CFS/nullb/nullb0 || return 1
+	rmmod nvmet null_blk
+}
+
+nvme_dev() {
+	for b in /sys/block/nvme*n1; do
+		[ -e "$b" ] && echo /dev/${b##*/} && return 0
+	done
+	return 1
+}
+
+nvme_up() {
+	modprobe nvme_fabrics || return 1
+	grep -q '^nvme_rdma_ibext ' /proc/modules || insmod /ibext/ulp/nvme-rdma-ibext.ko || return 1
+	# A 60 s keep-alive: keep-alive timeouts must not depend on the guest's speed.
+	nvme connect -t rdma -a $NVME_ADDR -s 4420 -n $NQN --hostnqn=$HOSTNQN \
+		--hostid=$HOSTID -i $NVME_IOQ -k 60 || return 1
+	wait_for 120 "namespace of $NQN" nvme_dev >/dev/null
+}
+
+nvme_down() {
+	nvme disconnect -n $NQN >/dev/null || return 1
+	wait_for 120 "controller of $NQN gone" sh -c '! ls -d /sys/block/nvme*n1 2>/dev/null | grep -q .'
+}
+
+# fio_verify <jobs> <depth> <write|verify>: <jobs> jobs at queue depth <depth>,
+# each on its own slice of the namespace, 4 KiB random writes each verified
+# by reading it back (crc32c); "verify" only reads and verifies what a
+# previous "write" pass of the same shape wrote.
+fio_verify() {
+	nj=$1 depth=$2 what=$3
+	slice=$((NS_MB / nj))
+	set -- --name=v$nj.$depth --filename="$(nvme_dev)" --direct=1 --ioengine=libaio \
+		--bs=4k --rw=randwrite --numjobs=$nj --iodepth=$depth --size=${slice}M \
+		--offset_increment=${slice}M --verify=crc32c --verify_fatal=1 \
+		--randseed=$((nj * 100 + depth)) --group_reporting --minimal
+	[ "$what" = verify ] && set -- "$@" --verify_only
+	out=$(fio "$@") || { echo "$out"; return 1; }
+	# --minimal: field 5 is the error number; fio also exits non-zero on a failed verify.
+	echo "$out" | awk -F';' '$5 != 0 { bad = 1 } END { exit bad }' || { echo "$out"; return 1; }
+	log "# nvme: fio $what, $nj jobs at depth $depth over ${NS_MB} MiB: every block verified"
+}
+
+# The ports' queues hold entries on the pooled CQs and the target's SRQ pool.
+cqes_in_use() { awk '$6 == "used" { n += $7 } END { print n + 0 }' $D/$NVME_RXE/cq_pools; }
+nvme_uses_ibext() {
+	ls $D/$NVME_RXE/srq_pool.* >/dev/null 2>&1 ||
+		{ echo "no SRQ pool on $NVME_RXE"; ls $D/$NVME_RXE; return 1; }
+	[ "$(cqes_in_use)" -gt 0 ] ||
+		{ echo "no pooled CQ in use on $NVME_RXE"; cat $D/$NVME_RXE/cq_pools; return 1; }
+}
+
+# rdma_cm binds to an address only once its GID is in the device's table,
+# which roce_gid_mgmt fills from a work item after the address or the device
+# appears.
+gid_of_nvme_addr() { grep -qs "ffff:0a0c:0001" /sys/class/infiniband/$NVME_RXE/ports/1/gids/*; }
+
+nvme_verify() {
+	insmod /ibext/ibext.ko && nvme_target_up && nvme_up || return 1
+	nvme_uses_ibext || return 1
+	fio_verify 1 1 write && fio_verify 4 32 write && fio_verify 2 8 write
+}
+
+NVME_RECONNECTS=3
+nvme_reconnect() {
+	i=0
+	while [ $i -lt $NVME_RECONNECTS ]; do
+		nvme_down && nvme_up || { echo "reconnect $i"; return 1; }
+		fio_verify 2 8 verify || { echo "reconnect $i"; return 1; }
+		i=$((i + 1))
+	done
+}
+
+# The device deleted while fio runs: the link deletion must finish, fio must
+# end (its I/O fails or is requeued as NVMe's error handling decides), and
+# after the link is back and the port re-enabled (its listener was bound to
+# the device, and rdma_cm destroyed it), a new connect and a verified pass
+# must work.
+# I/Os completed on block device $1 (reads plus writes).
+io_done() { awk '{ print $1 + $5 }' /sys/block/$1/stat; }
+# True once fio ($1) has ended or 512 more I/Os than $3 completed on $2.
+fio_going() { ! kill -0 $1 2>/dev/null || [ "$(io_done $2)" -ge $(($3 + 512)) ]; }
+nvme_link_delete() {
+	dev=$(nvme_dev) || return 1
+	fio --name=unplug --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
+		--numjobs=2 --iodepth=16 --time_based --runtime=3600 --minimal > /tmp/fio-unplug 2>&1 &
+	fpid=$!
+	wait_for 300 "fio doing I/O" fio_going $fpid ${dev##*/} "$(io_done ${dev##*/})" ||
+		{ kill $fpid; return 1; }
+	kill -0 $fpid 2>/dev/null || { echo "fio ended before the deletion"; cat /tmp/fio-unplug; return 1; }
+	link_delete_watched $NVME_RXE || return 1
+	wait_for 300 "fio ending after $NVME_RXE was deleted" sh -c "! kill -0 $fpid 2>/dev/null" ||
+		{ kill -9 $fpid; return 1; }
+	wait $fpid
+	log "# nvme: fio under the link deletion exited with $? ($(wc -l < /tmp/fio-unplug) lines)"
+	wait_for 120 "controller gone with $NVME_RXE" \
+		sh -c '! ls -d /sys/block/nvme*n1 2>/dev/null | grep -q .' || return 1
+	$NVME_RXE_ADD || return 1
+	wait_for 300 "$NVME_RXE's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
+	nvme_port_disable && nvme_port_enable || return 1
+	nvme_up || return 1
+	nvme_uses_ibext || return 1
+	fio_verify 4 32 write
+}
+
+nvme_unload() {
+	nvme_down && rmmod nvme_rdma_ibext && nvme_target_down || return 1
+	rmmod nvme_fabrics nvme_core 2>/dev/null
+	# Pooled CQs stay until the device or ibext goes; their entries must be back.
+	[ "$(cqes_in_use)" = 0 ] || { cat $D/rxe0/cq_pools; return 1; }
+	grep -q "srq_pool made \([0-9]*\) freed \1 live 0" $D/objects || { cat $D/objects; return 1; }
+	rmmod ibext || return 1
+	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
+}
+
+nvme_steps() {
+	step "NVMe over RDMA on ibext: connect, fio verified at depths 1, 32, 8" nvme_verify
+	step "NVMe over RDMA on ibext: $NVME_RECONNECTS reconnects, data verified after each" nvme_reconnect
+	step "NVMe over RDMA on ibext: $NVME_RXE deleted under fio, re-added, verified again" nvme_link_delete
+	step "NVMe over RDMA on ibext: disconnect and unload, nothing left" nvme_unload
+}
+
 # The debug kernel's failslab: KUnit's fail-nth sweeps allocate with
 # GFP_KERNEL, which failslab skips by default.
 failslab_setup() {
@@ -244,8 +425,11 @@ check() {
 		step "an rdma_cm-only ULP: rxe1 deleted under its traffic $CM_CYCLES times" cm_ulp_removal
 	fi
 	failslab_setup
-	if [ "$SUITE" != ibext_guest ]; then
+	if [ "$SUITE" != ibext_guest ] && [ "$SUITE" != ibext_nvme ]; then
 		kunit /ibext/kunit/ibext.ko
+	fi
+	if [ -z "$SUITE" ] || [ "$SUITE" = ibext_nvme ]; then
+		nvme_steps
 	fi
 	step "rdma link delete rxe0 rxe1 after the tests" \
 		sh -c "rdma link delete rxe0 && rdma link delete rxe1"
@@ -290,11 +474,25 @@ run() {
 	insmod /ibext/kunit/ibext.ko || { log "not ok 1 - demo: insmod of the KUnit flavour"; return; }
 	dmesg | grep -E 'srq traffic|^ *(ok|not ok) [0-9]+ traffic_exactly_once'
 	rmmod ibext
+
+	echo "== NVMe over RDMA on ibext: nvmet-rdma-ibext serves a null_blk namespace on"
+	echo "   $NVME_ADDR ($NVME_RXE), nvme-rdma-ibext connects to it in loopback (ports in ulp/)"
+	nvme=fail
+	if insmod /ibext/ibext.ko && nvme_target_up && nvme_up; then
+		nvme list
+		echo "-- fio: 4 jobs of 4 KiB random writes at depth 32, each block read back and verified"
+		fio_verify 4 32 write && nvme=ok
+		echo "-- $D/$NVME_RXE/cq_pools (host queues: softirq; target queues: workqueue)"
+		cat $D/$NVME_RXE/cq_pools
+		for f in $D/$NVME_RXE/srq_pool.*/stats; do echo "-- $f"; cat "$f"; done
+		echo "-- nvme disconnect, unload the ports and ibext"
+		nvme_unload || nvme=fail
+	fi
 	if dmesg | grep -qE '^ *ok [0-9]+ traffic_softirq' &&
-	   dmesg | grep -qE '^ *ok [0-9]+ traffic_exactly_once'; then
+	   dmesg | grep -qE '^ *ok [0-9]+ traffic_exactly_once' && [ $nvme = ok ]; then
 		log "ok 1 - demo"
 	else
-		log "not ok 1 - demo: the ping-pong or the SRQ traffic did not pass"
+		log "not ok 1 - demo: the ping-pong, the SRQ traffic or NVMe over RDMA did not pass"
 	fi
 	STEPS=1
 }

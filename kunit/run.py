@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0
 """Boot the ibext test guest in QEMU and judge what it printed.
 
-Builds an initramfs (busybox, iproute2's ip and rdma with their libraries, the
-test kernel's modules, ibext.ko and its KUnit flavour, kunit/guest-init.sh as
-/init), boots it under TCG, keeps the whole console in a log file, and then:
+Builds an initramfs (busybox; iproute2's ip and rdma, nvme-cli and fio with their
+libraries; the test kernel's modules, ibext.ko and its KUnit flavour, the NVMe
+ports of ulp/, kunit/guest-init.sh as /init), boots it under TCG, keeps the whole console in a log file, and then:
 
   * parses the KTAP of every KUnit module the guest inserted, between the
     guest's "begin kunit"/"end kunit" markers;
@@ -106,6 +106,13 @@ TS = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 GUEST_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
 GUEST = re.compile(r"^ibext-guest: (.*)$")
 
+# SUITE= values that name guest steps rather than a KUnit suite (kunit/guest-init.sh): the
+# module-lifetime steps, and the NVMe over RDMA steps of the ports in ulp/.
+GUEST_SUITES = {"ibext_guest", "ibext_nvme"}
+# Guest steps a full `make check` (or SUITE=ibext_nvme) must have run, by the start of their
+# description, and how many of each.
+REQUIRED_STEPS = {"NVMe over RDMA on ibext": 4}
+
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
@@ -144,16 +151,17 @@ def build_initramfs(args, kdir, bdir):
     stage = os.path.join(bdir, "initramfs")
     if os.path.exists(stage):
         shutil.rmtree(stage)
-    for d in ["bin", "sbin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "lib",
-              "lib64", "ibext/kunit"]:
+    for d in ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "lib",
+              "lib64", "ibext/kunit", "ibext/ulp"]:
         os.makedirs(os.path.join(stage, d), exist_ok=True)
     shutil.copy2("/bin/busybox", os.path.join(stage, "bin/busybox"))
     os.symlink("busybox", os.path.join(stage, "bin/sh"))
-    tools = {"rdma": "bin/rdma", "ip": "usr/sbin/ip"}
-    for tool, dest in tools.items():
+    tools = {"rdma": ("bin/rdma", "iproute2"), "ip": ("usr/sbin/ip", "iproute2"),
+             "nvme": ("usr/sbin/nvme", "nvme-cli"), "fio": ("usr/bin/fio", "fio")}
+    for tool, (dest, package) in tools.items():
         path = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin")
         if not path:
-            sys.exit(f"ibext run: missing: {tool} (package iproute2)")
+            sys.exit(f"ibext run: missing: {tool} (package {package}; make setup installs it)")
         shutil.copy2(path, os.path.join(stage, dest))
         for lib in ldd_libs(path):
             dst = os.path.join(stage, lib.lstrip("/"))
@@ -175,6 +183,8 @@ def build_initramfs(args, kdir, bdir):
     shutil.copy2(os.path.join(bdir, "kunit", "ibext.ko"), os.path.join(stage, "ibext", "kunit"))
     for ulp in ("ibext_test_ulp.ko", "ibext_cm_ulp.ko"):
         shutil.copy2(os.path.join(bdir, "kunit", "kunit", ulp), os.path.join(stage, "ibext"))
+    for port in ("nvme-rdma-ibext.ko", "nvmet-rdma-ibext.ko"):
+        shutil.copy2(os.path.join(bdir, "ulp", port), os.path.join(stage, "ibext", "ulp"))
 
     cpio = os.path.join(bdir, "initramfs.cpio")
     files = subprocess.run(["find", "."], cwd=stage, capture_output=True, check=True).stdout
@@ -201,7 +211,7 @@ def boot(args, flavour, kdir, cpio, log_path):
         append.append(f"kunit.filter_glob={args.suite or 'ibext_bench'}")
     elif args.suite:
         append.append(f"ibext.suite={args.suite}")
-        if args.suite != "ibext_guest":
+        if args.suite not in GUEST_SUITES:
             append.append(f"kunit.filter_glob={args.suite}")
     if args.mode == "check" and args.suite not in slow:
         # Benchmarks carry KUnit's speed=slow attribute; make check leaves them out.
@@ -453,6 +463,7 @@ def judge(args, log_path, timed_out):
         res.fail(f"expected kernel warning never ended: {expecting}")
 
     done = None
+    steps = []
     blocks = {}
     current = None
     suites_seen = []
@@ -473,6 +484,7 @@ def judge(args, log_path, timed_out):
         else:
             s = re.match(r"^(not ok|ok) (\d+) - (.*)$", msg)
             if s:
+                steps.append(s.group(3))
                 if s.group(1) == "ok":
                     res.passed += 1
                 else:
@@ -489,12 +501,17 @@ def judge(args, log_path, timed_out):
         # SUITE may name one case: suite.case.
         if args.mode == "bench":
             want = [(args.suite or "ibext_bench").split(".")[0]]
-        elif args.suite and args.suite != "ibext_guest":
+        elif args.suite and args.suite not in GUEST_SUITES:
             want = [args.suite.split(".")[0]]
-        if args.suite != "ibext_guest":
+        if args.suite not in GUEST_SUITES:
             for s in want:
                 if s not in suites_seen:
                     res.fail(f"KUnit suite {s} did not run")
+    if args.mode == "check" and args.suite in ("", None, "ibext_nvme"):
+        for prefix, n in REQUIRED_STEPS.items():
+            ran = sum(1 for d in steps if d.startswith(prefix))
+            if ran != n:
+                res.fail(f"guest steps '{prefix}...': {ran} ran, {n} expected")
     if args.mode == "check" and not args.suite:
         # Every row of the bad-input table must be checked by KUnit on every flavour, except
         # rows that only the debug kernel's fault injection can reach (skipped elsewhere).

@@ -6,6 +6,7 @@
 #   <out>/product/ibext.ko                 the module as shipped
 #   <out>/kunit/ibext.ko                   the same crate with its KUnit suites
 #   <out>/kunit/kunit/ibext_test_ulp.ko    a minimal C ULP, for the harness
+#   <out>/ulp/nvme{,t}-rdma-ibext.ko       the NVMe over RDMA ports (ulp/)
 # Usage: build-flavour.sh <kdir> <out> [extra make arguments...]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,3 +22,25 @@ for kind in product kunit; do
 	[ "$kind" = kunit ] && flags+=(IBEXT_KUNIT=y)
 	make -s -C "$kdir" LLVM=1 M="$out/$kind" "${flags[@]}" "$@" modules
 done
+
+# The ports: the kernel's own sources with ulp/*.patch applied.  A source is
+# rewritten only when it changes, so an unchanged port is not rebuilt.
+src=$kdir
+[ -d "$kdir/source" ] && src=$(cd "$kdir/source" && pwd -P)
+mkdir -p "$out/ulp"
+cp "$top/ulp/Kbuild" "$out/ulp/Kbuild"
+for port in nvme-rdma:host nvmet-rdma:target; do
+	name=${port%%:*} dir=${port#*:}
+	patch -s -o "$out/ulp/$name.c.new" "$src/drivers/nvme/$dir/rdma.c" \
+		< "$top/ulp/$name.patch" || {
+		echo "ibext: ulp/$name.patch does not apply to $src/drivers/nvme/$dir/rdma.c" >&2
+		exit 1
+	}
+	if cmp -s "$out/ulp/$name.c.new" "$out/ulp/$name.c"; then
+		rm "$out/ulp/$name.c.new"
+	else
+		mv "$out/ulp/$name.c.new" "$out/ulp/$name.c"
+	fi
+done
+make -s -C "$kdir" LLVM=1 M="$out/ulp" IBEXT_INCLUDE="$top/include" \
+	KBUILD_EXTRA_SYMBOLS="$out/product/Module.symvers" "$@" modules

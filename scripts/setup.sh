@@ -11,7 +11,7 @@ BINDGEN_VERSION=0.73.2
 
 PKGS=(clang lld llvm libclang-dev qemu-system-x86 busybox-static flex bison bc
       cpio kmod libelf-dev libssl-dev iproute2 rdma-core ibverbs-utils
-      rdmacm-utils perftest linux-source-6.12 xz-utils rsync)
+      rdmacm-utils perftest linux-source-6.12 xz-utils rsync nvme-cli fio)
 
 die() { echo "ibext setup: missing: $*" >&2; exit 1; }
 
