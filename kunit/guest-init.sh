@@ -278,6 +278,9 @@ nvme_dev() {
 	done
 	return 1
 }
+no_nvme_dev() { ! nvme_dev >/dev/null; }
+# gone <pid>: the process has ended.
+gone() { ! kill -0 "$1" 2>/dev/null; }
 
 nvme_up() {
 	modprobe nvme_fabrics || return 1
@@ -290,7 +293,7 @@ nvme_up() {
 
 nvme_down() {
 	nvme disconnect -n $NQN >/dev/null || return 1
-	wait_for 120 "controller of $NQN gone" sh -c '! ls -d /sys/block/nvme*n1 2>/dev/null | grep -q .'
+	wait_for 120 "controller of $NQN gone" no_nvme_dev
 }
 
 # fio_verify <jobs> <depth> <write|verify>: <jobs> jobs at queue depth <depth>,
@@ -349,7 +352,7 @@ nvme_reconnect() {
 # I/Os completed on block device $1 (reads plus writes).
 io_done() { awk '{ print $1 + $5 }' /sys/block/$1/stat; }
 # True once fio ($1) has ended or 512 more I/Os than $3 completed on $2.
-fio_going() { ! kill -0 $1 2>/dev/null || [ "$(io_done $2)" -ge $(($3 + 512)) ]; }
+fio_going() { gone $1 || [ "$(io_done $2)" -ge $(($3 + 512)) ]; }
 nvme_link_delete() {
 	dev=$(nvme_dev) || return 1
 	fio --name=unplug --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
@@ -357,14 +360,13 @@ nvme_link_delete() {
 	fpid=$!
 	wait_for 300 "fio doing I/O" fio_going $fpid ${dev##*/} "$(io_done ${dev##*/})" ||
 		{ kill $fpid; return 1; }
-	kill -0 $fpid 2>/dev/null || { echo "fio ended before the deletion"; cat /tmp/fio-unplug; return 1; }
+	! gone $fpid || { echo "fio ended before the deletion"; cat /tmp/fio-unplug; return 1; }
 	link_delete_watched $NVME_RXE || return 1
-	wait_for 300 "fio ending after $NVME_RXE was deleted" sh -c "! kill -0 $fpid 2>/dev/null" ||
+	wait_for 300 "fio ending after $NVME_RXE was deleted" gone $fpid ||
 		{ kill -9 $fpid; return 1; }
 	wait $fpid
 	log "# nvme: fio under the link deletion exited with $? ($(wc -l < /tmp/fio-unplug) lines)"
-	wait_for 120 "controller gone with $NVME_RXE" \
-		sh -c '! ls -d /sys/block/nvme*n1 2>/dev/null | grep -q .' || return 1
+	wait_for 120 "controller gone with $NVME_RXE" no_nvme_dev || return 1
 	$NVME_RXE_ADD || return 1
 	wait_for 300 "$NVME_RXE's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
 	nvme_port_disable && nvme_port_enable || return 1
@@ -377,7 +379,7 @@ nvme_unload() {
 	nvme_down && rmmod nvme_rdma_ibext && nvme_target_down || return 1
 	rmmod nvme_fabrics nvme_core 2>/dev/null
 	# Pooled CQs stay until the device or ibext goes; their entries must be back.
-	[ "$(cqes_in_use)" = 0 ] || { cat $D/rxe0/cq_pools; return 1; }
+	[ "$(cqes_in_use)" = 0 ] || { cat $D/$NVME_RXE/cq_pools; return 1; }
 	grep -q "srq_pool made \([0-9]*\) freed \1 live 0" $D/objects || { cat $D/objects; return 1; }
 	rmmod ibext || return 1
 	[ ! -e $D ] || { echo "debugfs left behind"; return 1; }
