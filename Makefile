@@ -29,7 +29,7 @@ BENCH_SMP ?= 2
 # seconds (every guest step and KUnit case prints when it ends), and in any
 # case after TIMEOUT seconds; STRESS=1 doubles the latter, not the former.
 STALL ?= 900
-TIMEOUT ?= $(if $(STRESS),3600,1800)
+TIMEOUT ?= $(if $(STRESS),4800,2400)
 
 # Kernel flavours: "test" (the fast one) and "debug" (kernel/debug.config).
 # Their directories are deferred (=): the cache key names the toolchain, which

@@ -224,7 +224,10 @@ NQN=nqn.2026-12.org.ibext:$NVME_RXE
 HOSTID=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a5b
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
 CFS=/sys/kernel/config
+# KASAN makes each I/O about ten times slower: the debug kernel verifies a
+# smaller namespace (its bugs show as reports, not as volume).
 NS_MB=32
+[ "$FLAVOUR" = debug ] && NS_MB=4
 NVME_IOQ=4
 
 # wait_for <seconds> <what> <command...>: poll once a second until the command
