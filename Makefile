@@ -25,6 +25,9 @@ SMP ?= 4
 # TCG, more vCPUs than host cores stall vCPUs for milliseconds at random and
 # the numbers measure the host scheduler instead of ibext.
 BENCH_SMP ?= 2
+# The benchmarks' clock: "tcg" (the host's time) or "icount" (QEMU's instruction count:
+# virtual time follows executed instructions; see Documentation/ibext-testing.rst).
+BENCH_CLOCK ?= tcg
 # A guest is stopped as hung once its console has been silent for STALL
 # seconds (every guest step and KUnit case prints when it ends), and in any
 # case after TIMEOUT seconds; STRESS=1 doubles the latter, not the former.
@@ -118,7 +121,8 @@ run: flavours
 # last, "bench results: <file>" (one JSON object per case).
 bench: FLAVOURS := $(firstword $(FLAVOURS))
 bench: flavours
-	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --timeout $(TIMEOUT) --stall $(STALL) \
+	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --clock $(BENCH_CLOCK) \
+		--timeout $(TIMEOUT) --stall $(STALL) \
 		--suite "$(SUITE)" --out $(BUILD) $(call flavour_arg,$(firstword $(FLAVOURS)))
 
 clean:

@@ -26,7 +26,14 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (kunit/bench.py)
+
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `--clock icount`: virtual nanoseconds per guest instruction, as a power of two (0: a
+# 1 GIPS virtual CPU).
+ICOUNT_SHIFT = 0
 
 # Kernel reports that fail a run wherever they appear on the console.
 BAD = [
@@ -216,7 +223,15 @@ def boot(args, flavour, kdir, cpio, log_path):
     if args.mode == "check" and args.suite not in slow:
         # Benchmarks carry KUnit's speed=slow attribute; make check leaves them out.
         append.append("kunit.filter=speed>slow")
-    cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", "2048", "-smp", str(smp),
+    accel = ["-accel", "tcg"]
+    if args.clock == "icount":
+        # Deterministic instruction-count time: one instruction is 2^ICOUNT_SHIFT ns of
+        # virtual time, an idle guest jumps to its next timer (sleep=off), and the vCPUs take
+        # turns on one host thread. Timers then fire when asked, and what the guest measures
+        # is instructions executed, not the host's load: CPU cost, not cache or lock contention.
+        accel = ["-accel", "tcg,thread=single", "-icount",
+                 f"shift={ICOUNT_SHIFT},align=off,sleep=off"]
+    cmd = ["qemu-system-x86_64", *accel, "-m", "2048", "-smp", str(smp),
            "-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
            "-kernel", bzimage, "-initrd", cpio, "-append", " ".join(a for a in append if a)]
     start = time.monotonic()
@@ -527,114 +542,16 @@ def judge(args, log_path, timed_out):
     return res
 
 
-BENCH = re.compile(r"ibext-bench: (\{.*\})\s*$")
-
-
 def bench_report(args, log_path, stamp):
-    """Collects the guest's benchmark lines into a results file and prints them."""
-    rows = []
-    for line in open(log_path, errors="replace"):
-        m = BENCH.search(line)
-        if m:
-            rows.append(json.loads(m.group(1)))
+    """Collects the guest's benchmark lines into a results file and prints its tables and
+    goals (kunit/bench.py)."""
+    rows = bench.rows_of_log(log_path)
     out = os.path.join(args.out, f"bench-{stamp}.jsonl")
     with open(out, "w") as f:
         for r in rows:
             f.write(json.dumps(r, sort_keys=True) + "\n")
-    cols = ["bench", "setup", "qps", "depth", "ops", "ops_per_s", "events_per_1k_completions",
-            "lat_mean_ns", "lat_p99_ns", "cqs", "cqe_allocated"]
-    print_table([r for r in rows if r.get("bench") not in ("gid", "srq")], cols)
-    print_table([r for r in rows if r.get("bench") == "srq"],
-                ["bench", "setup", "qps", "vectors", "entries", "buf_size", "recv_bytes",
-                 "ops_per_s"])
-    print_table([r for r in rows if r.get("bench") == "gid"],
-                ["bench", "setup", "table", "position", "lookups", "ns_per_lookup"])
-    bench_ratios(rows)
-    dim_ratios(rows)
-    gid_ratios(rows)
-    srq_ratios(rows)
+    bench.report(rows)
     print(f"bench results: {out}")
-
-
-def print_table(rows, cols):
-    """Prints `rows` with `cols` first, then any other key they have."""
-    if not rows:
-        return
-    cols = cols + sorted({k for r in rows for k in r} - set(cols))
-    present = [c for c in cols if any(c in r for r in rows)]
-    print(" ".join(f"{c:>14}" for c in present))
-    for r in rows:
-        print(" ".join(f"{str(r.get(c, '')):>14}" for c in present))
-
-
-def gid_ratios(rows):
-    """How many times faster ibext's lookup is, per (table, position)."""
-    by = {}
-    for r in rows:
-        if r.get("bench") == "gid":
-            by.setdefault((r["table"], r["position"]), {})[r["setup"]] = r
-    for (table, pos), s in sorted(by.items()):
-        if {"ibext", "rdma_find_gid", "query_loop"} <= set(s):
-            ours = s["ibext"]["ns_per_lookup"] or 1
-            print(f"gid table={table} {pos}: rdma_find_gid/ibext "
-                  f"{s['rdma_find_gid']['ns_per_lookup'] / ours:.2f}, query_loop/ibext "
-                  f"{s['query_loop']['ns_per_lookup'] / ours:.2f}")
-
-
-def srq_ratios(rows):
-    """SRQ pool against per-QP receive queues: memory and ops/s."""
-    s = {r["setup"]: r for r in rows if r.get("bench") == "srq"}
-    if {"per_qp_rq", "srq_pool"} <= set(s):
-        a, b = s["per_qp_rq"], s["srq_pool"]
-        print(f"srq qps={b['qps']}: receive bytes srq_pool/per_qp_rq "
-              f"{b['recv_bytes'] / a['recv_bytes']:.4f} ({b['recv_bytes']} / {a['recv_bytes']}); "
-              f"ops/s srq_pool/per_qp_rq {b['ops_per_s'] / a['ops_per_s']:.2f}")
-
-
-def bench_ratios(rows):
-    """The cq_pool ratios the benchmark exists for, per (qps, depth)."""
-    by = {}
-    for r in rows:
-        if r.get("bench") == "cq_pool":
-            by.setdefault((r["qps"], r["depth"]), {})[r["setup"]] = r
-    for (qps, depth), s in sorted(by.items()):
-        if {"per_qp", "upstream_pool", "ibext_pool"} <= set(s):
-            a, b, c = s["per_qp"], s["upstream_pool"], s["ibext_pool"]
-            ev = "events_per_1k_completions"
-            def ratio(x, y):
-                return f"{x / y:.2f}" if y else "n/a"
-            print(f"cq_pool qps={qps} depth={depth}: ops/s ibext/upstream "
-                  f"{ratio(c['ops_per_s'], b['ops_per_s'])}; events/completion "
-                  f"ibext/upstream {ratio(c[ev], b[ev])}, upstream/per_qp {ratio(b[ev], a[ev])}, "
-                  f"ibext/per_qp {ratio(c[ev], a[ev])}")
-
-
-def dim_ratios(rows):
-    """The moderation ratios the DIM benchmark exists for, per depth."""
-    by = {}
-    for r in rows:
-        if r.get("bench") == "dim":
-            by.setdefault((r["qps"], r["depth"]), {})[r["setup"]] = r
-    ev = "events_per_1k_completions"
-    for (qps, depth), s in sorted(by.items()):
-        if not {"none_softirq", "none_workqueue", "dim", "adaptive"} <= set(s):
-            continue
-        base = s["none_softirq"]
-        best = max(s[k]["ops_per_s"] for k in ("none_softirq", "none_workqueue", "dim"))
-        def ratio(x, y):
-            return f"{x / y:.2f}" if y else "n/a"
-        print(f"dim qps={qps} depth={depth}: ops/s adaptive/best-fixed "
-              f"{ratio(s['adaptive']['ops_per_s'], best)}; events/completion vs none_softirq: "
-              f"dim {ratio(s['dim'][ev], base[ev])}, adaptive {ratio(s['adaptive'][ev], base[ev])}; "
-              f"mean latency vs none_softirq: dim {ratio(s['dim']['lat_mean_ns'], base['lat_mean_ns'])}, "
-              f"adaptive {ratio(s['adaptive']['lat_mean_ns'], base['lat_mean_ns'])}; "
-              f"dim profile changes {s['dim'].get('profile_changes', 'n/a')}, "
-              f"deferred polls {s['dim']['deferred_polls']}"
-              + (f"; adaptive_workqueue/none_workqueue ops/s "
-                 f"{ratio(s['adaptive_workqueue']['ops_per_s'], s['none_workqueue']['ops_per_s'])}"
-                 if "adaptive_workqueue" in s else "")
-              + (f" (timer asked {s['dim']['defer_asked_us']} us, waited {s['dim']['defer_waited_us']} us)"
-                 if s['dim'].get('deferred_polls') and 'defer_waited_us' in s['dim'] else ""))
 
 
 def host_totals(path, res):
@@ -661,6 +578,8 @@ def main():
                     help="seconds a guest may run in all")
     ap.add_argument("--stall", type=int, default=900,
                     help="seconds the console may stay silent before the guest counts as hung")
+    ap.add_argument("--clock", choices=["tcg", "icount"], default="tcg",
+                    help="the guest's time: the host's (tcg) or instructions executed (icount)")
     ap.add_argument("--suite", default="")
     ap.add_argument("--out", default=os.path.join(TOP, "build"))
     ap.add_argument("--verbose", action="store_true")

@@ -296,14 +296,45 @@ fn sort_u64(v: &mut [u64]) {
     unsafe { bindings::sort(v.as_mut_ptr().cast(), v.len(), 8, Some(cmp), None) };
 }
 
-/// Median of `reps` values.
-pub(crate) fn median(v: &mut [u64]) -> u64 {
-    sort_u64(v);
-    v.get(v.len() / 2).copied().unwrap_or(0)
+/// Repetitions of every side-by-side comparison. Within a repetition the setups run back to
+/// back, and their order rotates from one repetition to the next, so each pair of setups is
+/// measured `REPS` times in alternating order. Every repetition is printed as its own line
+/// (`"rep"`, `"order"`); the harness pairs them and reports each ratio's median and range.
+pub(crate) const REPS: usize = 5;
+
+/// Prints one repetition of one setup.
+fn emit(bench: &str, label: &str, qps: usize, depth: usize, ops: u64, rep: usize, order: usize,
+        o: &Outcome) {
+    let ev = o.events_per_1k_x10;
+    pr_info!(
+        "ibext-bench: {{\"bench\":\"{}\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"rep\":{},\"order\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{},\"max_profile\":{},\"deferred_polls\":{},\"mode_switches\":{},\"profile_changes\":{},\"defer_asked_us\":{}.{},\"defer_waited_us\":{}.{}}}\n",
+        bench,
+        label,
+        qps,
+        depth,
+        ops,
+        rep,
+        order,
+        o.ops_per_s,
+        ev / 10,
+        ev % 10,
+        o.lat_mean_ns,
+        o.lat_p99_ns,
+        o.cqs,
+        o.cqe_allocated,
+        o.max_profile,
+        o.deferred_polls,
+        o.mode_switches,
+        o.profile_changes,
+        o.defer_asked_us_x10 / 10,
+        o.defer_asked_us_x10 % 10,
+        o.defer_waited_us_x10 / 10,
+        o.defer_waited_us_x10 % 10
+    );
 }
 
-/// Runs `setups` side by side at (`qps`, `depth`), `REPS` times with their order rotated, and
-/// prints the median of each metric as one JSON line per setup.
+/// Runs `setups` side by side at (`qps`, `depth`), [`REPS`] times with their order rotated,
+/// and prints every run as it ends.
 fn compare(
     dev: &DeviceRef,
     bench: &str,
@@ -312,16 +343,10 @@ fn compare(
     depth: usize,
     ops: u64,
 ) -> TestResult {
-    /// Each case runs this often; the median is reported, since one TCG run is noisy.
-    const REPS: usize = 5;
-    const MAX_SETUPS: usize = 5;
-    kassert!(setups.len() <= MAX_SETUPS);
     let n = setups.len();
-    let mut results: [[Option<Outcome>; MAX_SETUPS]; REPS] = Default::default();
-    for (rep, row) in results.iter_mut().enumerate() {
+    for rep in 0..REPS {
         for j in 0..n {
-            let k = (rep + j) % n;
-            let (setup, label) = setups[k];
+            let (setup, label) = setups[(rep + j) % n];
             let r = run_case(dev, setup, qps, depth, ops);
             kassert!(
                 r.is_ok(),
@@ -331,44 +356,8 @@ fn compare(
                 depth,
                 r.as_ref().err()
             );
-            row[k] = Some(r.map_err(|_| Failed)?);
+            emit(bench, label, qps, depth, ops, rep, j, &r.map_err(|_| Failed)?);
         }
-    }
-    for (k, (_, label)) in setups.iter().enumerate() {
-        let m = |f: fn(&Outcome) -> u64| {
-            let mut v = [0u64; REPS];
-            for (slot, row) in v.iter_mut().zip(results.iter()) {
-                *slot = row[k].as_ref().map_or(0, f);
-            }
-            median(&mut v)
-        };
-        let ev = m(|o| o.events_per_1k_x10);
-        let asked = m(|o| o.defer_asked_us_x10);
-        let waited = m(|o| o.defer_waited_us_x10);
-        pr_info!(
-            "ibext-bench: {{\"bench\":\"{}\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"reps\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{},\"max_profile\":{},\"deferred_polls\":{},\"mode_switches\":{},\"profile_changes\":{},\"defer_asked_us\":{}.{},\"defer_waited_us\":{}.{}}}\n",
-            bench,
-            label,
-            qps,
-            depth,
-            ops,
-            REPS,
-            m(|o| o.ops_per_s),
-            ev / 10,
-            ev % 10,
-            m(|o| o.lat_mean_ns),
-            m(|o| o.lat_p99_ns),
-            m(|o| o.cqs as u64),
-            m(|o| o.cqe_allocated),
-            m(|o| u64::from(o.max_profile)),
-            m(|o| o.deferred_polls),
-            m(|o| o.mode_switches),
-            m(|o| o.profile_changes),
-            asked / 10,
-            asked % 10,
-            waited / 10,
-            waited % 10
-        );
     }
     Ok(())
 }
@@ -385,7 +374,7 @@ fn cq_pool_bench() -> TestResult {
         ),
     ];
     for qps in [4usize, 16, 64] {
-        for depth in [1usize, 32] {
+        for depth in [1usize, 8, 32] {
             compare(&dev, "cq_pool", &setups, qps, depth, 12_800)?;
         }
     }

@@ -721,7 +721,7 @@ fn grow_rxe1(dev: &Device, state: &DeviceState, have_hosts: u16, want: usize) ->
 /// about 1000 entries, and for a GID on the second of two devices searched in turn, through
 /// ibext, `rdma_find_gid` and a `rdma_query_gid` loop, side by side.
 pub(crate) fn gid_bench() -> TestResult {
-    const REPS: usize = 3;
+    use super::bench::REPS;
     let (rxe0, s0) = device(c_str!("rxe0"))?;
     let (rxe1, s1) = device(c_str!("rxe1"))?;
     let (d0, d1) = (rxe0.device(), rxe1.device());
@@ -750,39 +750,23 @@ pub(crate) fn gid_bench() -> TestResult {
                 let devs_both = [d0, d1];
                 let devs_one = [dev];
                 let devs: &[&Device] = if both { &devs_both } else { &devs_one };
-                // `ns[rep][setup]`
-                let mut ns = [[0u64; 3]; REPS];
-                let mut lookups = [0u64; 3];
-                for (rep, row) in ns.iter_mut().enumerate() {
+                for rep in 0..REPS {
                     for j in 0..3 {
-                        let k = (rep + j) % 3;
-                        let r = ns_per_lookup(Finder::ALL[k].0, devs, &key);
-                        kassert!(
-                            r.is_some(),
-                            "{} {} of {}: not found",
-                            Finder::ALL[k].1,
-                            pos,
-                            n
-                        );
+                        let (finder, label) = Finder::ALL[(rep + j) % 3];
+                        let r = ns_per_lookup(finder, devs, &key);
+                        kassert!(r.is_some(), "{} {} of {}: not found", label, pos, n);
                         let (t, cnt) = r.ok_or(Failed)?;
-                        row[k] = t;
-                        lookups[k] += cnt;
+                        pr_info!(
+                            "ibext-bench: {{\"bench\":\"gid\",\"setup\":\"{}\",\"table\":{},\"position\":\"{}\",\"rep\":{},\"order\":{},\"lookups\":{},\"ns_per_lookup\":{}}}\n",
+                            label,
+                            n,
+                            pos,
+                            rep,
+                            j,
+                            cnt,
+                            t
+                        );
                     }
-                }
-                for (k, (_, label)) in Finder::ALL.iter().enumerate() {
-                    let mut col = [0u64; REPS];
-                    for (c, row) in col.iter_mut().zip(ns.iter()) {
-                        *c = row[k];
-                    }
-                    pr_info!(
-                        "ibext-bench: {{\"bench\":\"gid\",\"setup\":\"{}\",\"table\":{},\"position\":\"{}\",\"reps\":{},\"lookups\":{},\"ns_per_lookup\":{}}}\n",
-                        label,
-                        n,
-                        pos,
-                        REPS,
-                        lookups[k],
-                        super::bench::median(&mut col)
-                    );
                 }
             }
         }

@@ -1398,42 +1398,33 @@ fn link_delete_after_cleanup_checks() -> TestResult {
 pub(crate) fn srq_bench() -> TestResult {
     const QPS: usize = 64;
     const PER_QP: u32 = 256;
-    const REPS: usize = 5;
+    use super::bench::REPS;
     let dev = required(c_str!("rxe0"))?;
     let setups = [
         (Recv::PerQp { depth: 256 }, "per_qp_rq"),
         (Recv::Pool { nr: 4, size: 256 }, "srq_pool"),
     ];
-    // `ops[rep][setup]`
-    let mut ops = [[0u64; 2]; REPS];
-    let mut bytes = [0u64; 2];
-    for (rep, row) in ops.iter_mut().enumerate() {
+    for rep in 0..REPS {
         for j in 0..2 {
-            let k = (rep + j) % 2;
-            let f = Fleet::new(dev.device(), QPS, PER_QP, setups[k].0, 4096);
-            kassert!(f.is_ok(), "{}: {:?}", setups[k].1, f.as_ref().err());
+            let (recv, label) = setups[(rep + j) % 2];
+            let f = Fleet::new(dev.device(), QPS, PER_QP, recv, 4096);
+            kassert!(f.is_ok(), "{}: {:?}", label, f.as_ref().err());
             let f = f.map_err(|_| Failed)?;
-            bytes[k] = f.recv_bytes();
+            let bytes = f.recv_bytes();
             let t = now_ns();
             f.run(8)?;
             let ns = (now_ns() - t).max(1);
-            row[k] = (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns;
+            pr_info!(
+                "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"rep\":{},\"order\":{},\"recv_bytes\":{},\"ops_per_s\":{}}}\n",
+                label,
+                QPS,
+                QPS as u32 * PER_QP,
+                rep,
+                j,
+                bytes,
+                (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns
+            );
         }
-    }
-    for (k, (_, label)) in setups.iter().enumerate() {
-        let mut col = [0u64; REPS];
-        for (c, row) in col.iter_mut().zip(ops.iter()) {
-            *c = row[k];
-        }
-        pr_info!(
-            "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"reps\":{},\"recv_bytes\":{},\"ops_per_s\":{}}}\n",
-            label,
-            QPS,
-            QPS as u32 * PER_QP,
-            REPS,
-            bytes[k],
-            super::bench::median(&mut col)
-        );
     }
     Ok(())
 }
