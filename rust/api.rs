@@ -16,6 +16,17 @@ use crate::{
 };
 use kernel::{prelude::*, sync::Arc};
 
+/// The moderation `ibext_cq_pool_get()` gives a CQ of `dev`: upstream's default
+/// (`ib_cq_pool_get` allocates with `ib_alloc_cq`), DIM where the driver sets `use_cq_dim`,
+/// none elsewhere.
+pub(crate) fn default_moderation(dev: &Device) -> Moderation {
+    if dev.use_cq_dim() {
+        Moderation::Dim
+    } else {
+        Moderation::None
+    }
+}
+
 /// Entries on a pooled CQ, given back to the pool when dropped.
 ///
 /// The Rust form of `ibext_cq_pool_get`/`ibext_cq_pool_put`: a caller cannot put back twice,

@@ -65,10 +65,9 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
     comp_vector_hint: c_int,
     poll_ctx: bindings::ib_poll_context,
 ) -> *mut bindings::ib_cq {
-    // Upstream's default (`ib_cq_pool_get` allocates with `ib_alloc_cq`): DIM where the
-    // driver sets `use_cq_dim`, none elsewhere.
     // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
-    let dim = !dev.is_null() && unsafe { Device::from_raw(dev) }.use_cq_dim();
+    let dim = !dev.is_null() && api::default_moderation(unsafe { Device::from_raw(dev) })
+        == Moderation::Dim;
     let moderation = if dim {
         bindings::ibext_moderation_IBEXT_MODERATION_DIM
     } else {

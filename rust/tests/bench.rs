@@ -26,7 +26,7 @@ use super::{
 };
 use crate::cq_engine::CqStat;
 use crate::{
-    api::PooledCq,
+    api::{self, PooledCq},
     bindings, client,
     cq_engine::PollCtx,
     kunit::{kassert, kunit_suite, Failed, TestResult},
@@ -362,15 +362,20 @@ fn compare(
     Ok(())
 }
 
-/// Issue 4: one CQ per QP, upstream's pool and ibext's pool (its default, DIM).
+/// Issues 4 and 17: one CQ per QP, upstream's pool, ibext's pool with the moderation
+/// `ibext_cq_pool_get()` gives (upstream's: none on rxe), and ibext's pool with DIM.
 fn cq_pool_bench() -> TestResult {
     let dev = super::guest::required(c_str!("rxe0"))?;
     let setups = [
         (Setup::PerQp, "per_qp"),
         (Setup::UpstreamPool, "upstream_pool"),
         (
-            Setup::Ibext(PollCtx::Softirq, Moderation::Dim),
+            Setup::Ibext(PollCtx::Softirq, api::default_moderation(dev.device())),
             "ibext_pool",
+        ),
+        (
+            Setup::Ibext(PollCtx::Softirq, Moderation::Dim),
+            "ibext_pool_dim",
         ),
     ];
     for qps in [4usize, 16, 64] {
