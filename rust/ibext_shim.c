@@ -134,10 +134,13 @@ void ibext_shim_hrtimer_start_us(struct hrtimer *timer, unsigned int usec)
 }
 
 /*
- * Every handler ibext's completion engine calls runs inside a read-side
- * section of this SRCU, in every poll context (softirq and workqueue alike,
- * and handlers may sleep in the latter), so that a pool whose handlers the
- * engine may be running can wait for them before it frees what they use.
+ * A pool whose handlers ibext's completion engine may be running waits for
+ * them before it frees what they use.  Handlers polled from a work item may
+ * sleep, so they run inside a read-side section of this SRCU; handlers polled
+ * by irq_poll run in softirq context, with bottom halves disabled, which since
+ * the RCU flavour consolidation (4.20) synchronize_rcu() waits for, so they
+ * need no section of their own (it would cost two full barriers per pass).
+ * ibext_shim_handlers_wait() waits for both.
  */
 DEFINE_STATIC_SRCU(ibext_handler_srcu);
 
@@ -154,6 +157,7 @@ void ibext_shim_handlers_exit(int idx)
 void ibext_shim_handlers_wait(void)
 {
 	synchronize_srcu(&ibext_handler_srcu);
+	synchronize_rcu();
 }
 
 void ibext_shim_rcu_read_lock(void)

@@ -10,8 +10,9 @@
 //!
 //! - the handler's poller state ([`Handler::PollerState`]) is reached only from a pass, and
 //!   irq_poll and the workqueue each run one pass of a CQ at a time (a CQ has one of the two);
-//! - every `wr_cqe->done` runs inside one SRCU read-side section of ibext's
-//!   (`ib::cq::wait_for_dispatch`), and every completion handler and timer callback inside
+//! - every `wr_cqe->done` runs inside an SRCU read-side section of ibext's (workqueue
+//!   contexts) or in softirq context (irq_poll), both of which `ib::cq::wait_for_dispatch`
+//!   waits for, and every completion handler and timer callback inside
 //!   `rcu_read_lock()` or after a `dying` check that teardown waits out ([`wait_for_handlers`]);
 //! - [`OwnedPolledCq`]'s drop marks the CQ dying, waits for the handlers that may not have seen
 //!   the mark, disables irq_poll or cancels the work item, cancels the timer and DIM's work,
@@ -294,16 +295,19 @@ impl<H: Handler> PolledCq<H> {
     /// Called by irq_poll's poll function (`iop`) or the work function only, so by the CQ's only
     /// poller, with the CQ alive.
     unsafe fn run(&self, budget: u32, iop: bool) -> u32 {
-        // Handlers run inside the SRCU section, so that their owners can wait for them
-        // (`wait_for_dispatch`) in any poll context, also where handlers sleep.
+        // Owners wait for handlers in flight with `wait_for_dispatch`. A work item's handlers
+        // may sleep, so they run inside ibext's SRCU section; irq_poll's run in softirq
+        // context, which `synchronize_rcu()` (also in `wait_for_dispatch`) waits for.
         // SAFETY: FFI call; paired with the exit below.
-        let idx = unsafe { bindings::ibext_shim_handlers_enter() };
+        let idx = (!iop).then(|| unsafe { bindings::ibext_shim_handlers_enter() });
         // SAFETY: Only passes touch `poller`, one at a time (type invariant; caller contract).
         let state = unsafe { &mut *self.poller.get() };
         let mut ctl = PassCtl { cq: self, iop };
         let n = H::pass(self, &mut ctl, state, budget);
-        // SAFETY: Paired with the enter above.
-        unsafe { bindings::ibext_shim_handlers_exit(idx) };
+        if let Some(idx) = idx {
+            // SAFETY: Paired with the enter above.
+            unsafe { bindings::ibext_shim_handlers_exit(idx) };
+        }
         n
     }
 

@@ -14,9 +14,10 @@
 //! `&mut` afterwards. Dropping it, in this order: marks it dead under `phase` (the limit work
 //! then leaves the SRQ alone), destroys the SRQ (`ib_destroy_srq_user`: no receive is consumed
 //! and no event raised after it returns), waits for every `done` handler that ibext's engine is
-//! running in any poll context ([`wait_for_dispatch`], an SRCU grace period: workqueue handlers
-//! may sleep), cancels the limit work, and unmaps and frees the buffers. An SRQ that cannot be
-//! destroyed keeps its buffers: they are leaked, never freed under a live SRQ.
+//! running in any poll context ([`wait_for_dispatch`]: an SRCU grace period for workqueue
+//! handlers, which may sleep, and an RCU one for softirq handlers), cancels the limit work,
+//! and unmaps and frees the buffers. An SRQ that cannot be destroyed keeps its buffers: they
+//! are leaked, never freed under a live SRQ.
 //!
 //! Completions of the SRQ's receives must not be polled after the SRQ is gone: the ULP drains
 //! and destroys its QPs first (`ib_drain_qp`, then `ib_destroy_qp`), as it must for any SRQ.
