@@ -104,7 +104,9 @@ pub(crate) fn gid_find(
     ndev: NdevPtr,
 ) -> Result<GidAttr> {
     // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
-    if let Some(r) = client::with_device_state(dev, |s| s.gid_index().find(key, port, ndev)) {
+    if let Some(r) =
+        client::with_device_state(dev, |s, rcu| s.gid_index().find(rcu, key, port, ndev))
+    {
         return r;
     }
     match port {

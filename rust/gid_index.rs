@@ -295,8 +295,16 @@ impl GidIndex {
         failed
     }
 
-    /// Finds `key` on port `p`, as `rdma_find_gid_by_port` does.
-    fn find_on_port(&self, p: &Port, key: &GidKey, ndev: NdevPtr) -> Result<GidAttr> {
+    /// Finds `key` on port `p`, as `rdma_find_gid_by_port` does, inside the caller's RCU
+    /// read-side critical section (nothing here sleeps: `rdma_get_gid_attr` and ib_core's
+    /// search take the table's rwlock with interrupts off).
+    fn find_on_port(
+        &self,
+        rcu: &RcuGuard,
+        p: &Port,
+        key: &GidKey,
+        ndev: NdevPtr,
+    ) -> Result<GidAttr> {
         if !p.indexed.load(Ordering::Acquire) {
             self.inc(Counter::Unindexed);
             return upstream_find_by_port(self.device(), key, p.num, ndev);
@@ -306,27 +314,22 @@ impl GidIndex {
         // Read before the snapshot: the miss below is trusted only against a snapshot at least
         // this new (`policy::miss_is_confirmed`).
         let requested = p.requested.load(Ordering::Acquire);
-        {
-            let rcu = RcuGuard::new();
-            match p.snapshot.get(&rcu) {
-                None => stale = true,
-                Some(snap) => {
-                    snap_gen = snap.gen;
-                    for e in policy::lookup(&snap.entries, &snap.slots, key) {
-                        match get_gid_attr(self.device(), p.num, e.index) {
-                            Ok(attr) if attr.matches(key, ndev) => {
-                                drop(rcu);
-                                self.inc(Counter::Hits);
-                                return Ok(attr);
-                            }
-                            // The same GID and type on another netdev: not stale, just not
-                            // asked for.
-                            Ok(attr)
-                                if attr.gid() == key.gid && attr.gid_type() == key.gid_type => {}
-                            _ => {
-                                self.inc(Counter::Stale);
-                                stale = true;
-                            }
+        match p.snapshot.get(rcu) {
+            None => stale = true,
+            Some(snap) => {
+                snap_gen = snap.gen;
+                for e in policy::lookup(&snap.entries, &snap.slots, key) {
+                    match get_gid_attr(self.device(), p.num, e.index) {
+                        Ok(attr) if attr.matches(key, ndev) => {
+                            self.inc(Counter::Hits);
+                            return Ok(attr);
+                        }
+                        // The same GID and type on another netdev: not stale, just not asked
+                        // for.
+                        Ok(attr) if attr.gid() == key.gid && attr.gid_type() == key.gid_type => {}
+                        _ => {
+                            self.inc(Counter::Stale);
+                            stale = true;
                         }
                     }
                 }
@@ -347,15 +350,21 @@ impl GidIndex {
     }
 
     /// Finds `key` on `port`, or on every port in order (`None`), as `rdma_find_gid_by_port` and
-    /// `rdma_find_gid` do.
-    pub(crate) fn find(&self, key: &GidKey, port: Option<u32>, ndev: NdevPtr) -> Result<GidAttr> {
+    /// `rdma_find_gid` do, inside the caller's RCU read-side critical section.
+    pub(crate) fn find(
+        &self,
+        rcu: &RcuGuard,
+        key: &GidKey,
+        port: Option<u32>,
+        ndev: NdevPtr,
+    ) -> Result<GidAttr> {
         for p in self
             .data()
             .ports
             .iter()
             .filter(|p| port.map_or(true, |n| n == p.num))
         {
-            match self.find_on_port(p, key, ndev) {
+            match self.find_on_port(rcu, p, key, ndev) {
                 Err(e) if e == ENOENT => continue,
                 res => return res,
             }

@@ -13,7 +13,7 @@ use core::{
     ptr::NonNull,
     sync::atomic::{AtomicPtr, Ordering},
 };
-use kernel::{error::from_err_ptr, prelude::*};
+use kernel::prelude::*;
 
 /// A referenced GID table entry, `const struct ib_gid_attr *`; dropping it puts the reference.
 ///
@@ -34,9 +34,16 @@ impl GidAttr {
     ///
     /// `p` is the return value of `rdma_get_gid_attr` or `rdma_find_gid*`, not yet put.
     pub(crate) unsafe fn from_result(p: *const bindings::ib_gid_attr) -> Result<Self> {
-        let p = from_err_ptr(p.cast_mut())?;
+        // `IS_ERR()` inline: 6.12's `from_err_ptr` calls two out-of-line helpers, on every
+        // lookup (the GID lookup's hot path).
+        const MAX_ERRNO: usize = 4095;
+        let v = p as usize;
+        if v > usize::MAX - MAX_ERRNO {
+            // An error pointer holds `-errno`, in `-MAX_ERRNO..0`.
+            return Err(Error::from_errno(v as isize as i32));
+        }
         // INVARIANT: not an error, so a referenced attribute (the caller's guarantee).
-        NonNull::new(p).map(GidAttr).ok_or(ENOENT)
+        NonNull::new(p.cast_mut()).map(GidAttr).ok_or(ENOENT)
     }
 
     /// Gives the reference to the caller, who must put it with `rdma_put_gid_attr`.
