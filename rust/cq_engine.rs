@@ -307,12 +307,7 @@ impl CqEngine {
         if gate.load(Ordering::Acquire) == GATE_OPEN {
             return false;
         }
-        match gate.compare_exchange(
-            GATE_HELD,
-            GATE_PENDING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        match gate.compare_exchange(GATE_HELD, GATE_PENDING, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
             Err(g) => g == GATE_PENDING,
         }

@@ -66,8 +66,8 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
     poll_ctx: bindings::ib_poll_context,
 ) -> *mut bindings::ib_cq {
     // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
-    let dim = !dev.is_null() && api::default_moderation(unsafe { Device::from_raw(dev) })
-        == Moderation::Dim;
+    let dim = !dev.is_null()
+        && api::default_moderation(unsafe { Device::from_raw(dev) }) == Moderation::Dim;
     let moderation = if dim {
         bindings::ibext_moderation_IBEXT_MODERATION_DIM
     } else {

@@ -244,7 +244,8 @@ fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -
     let start = now_ns();
     stream.go()?;
     let done = stream.wait_sends(ops, 120_000);
-    let elapsed = now_ns().saturating_sub(start).max(1);
+    // Up to the last send's completion, not to the waiter's wake-up (`msleep`'s tick).
+    let elapsed = stream.run().last_done_ns().saturating_sub(start).max(1);
     let t1 = totals(&cqs);
     let ev = t1.0 - t0.0;
     let completions = stream.run().completions();
@@ -303,8 +304,16 @@ fn sort_u64(v: &mut [u64]) {
 pub(crate) const REPS: usize = 5;
 
 /// Prints one repetition of one setup.
-fn emit(bench: &str, label: &str, qps: usize, depth: usize, ops: u64, rep: usize, order: usize,
-        o: &Outcome) {
+fn emit(
+    bench: &str,
+    label: &str,
+    qps: usize,
+    depth: usize,
+    ops: u64,
+    rep: usize,
+    order: usize,
+    o: &Outcome,
+) {
     let ev = o.events_per_1k_x10;
     pr_info!(
         "ibext-bench: {{\"bench\":\"{}\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"rep\":{},\"order\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{},\"max_profile\":{},\"deferred_polls\":{},\"mode_switches\":{},\"profile_changes\":{},\"defer_asked_us\":{}.{},\"defer_waited_us\":{}.{}}}\n",
@@ -356,7 +365,16 @@ fn compare(
                 depth,
                 r.as_ref().err()
             );
-            emit(bench, label, qps, depth, ops, rep, j, &r.map_err(|_| Failed)?);
+            emit(
+                bench,
+                label,
+                qps,
+                depth,
+                ops,
+                rep,
+                j,
+                &r.map_err(|_| Failed)?,
+            );
         }
     }
     Ok(())

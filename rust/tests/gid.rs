@@ -618,6 +618,12 @@ enum Finder {
     Upstream,
     /// The naive loop: `rdma_query_gid` on every index of every port, then the type.
     QueryLoop,
+    /// A part of ibext's lookup, for the breakdown: only the confirmation of a hit
+    /// (`rdma_get_gid_attr` of the known port and index, and the reference put).
+    ConfirmOnly(u32, u32),
+    /// A part of ibext's lookup, for the breakdown: only reaching the device's state (the
+    /// client data under RCU).
+    StateOnly,
 }
 
 impl Finder {
@@ -643,6 +649,13 @@ impl Finder {
                 },
                 Finder::Upstream => crate::ib::gid::upstream_find(dev, key, NdevPtr::ANY),
                 Finder::QueryLoop => query_loop(dev, key),
+                Finder::ConfirmOnly(port, index) => crate::ib::gid::get_gid_attr(dev, port, index),
+                Finder::StateOnly => {
+                    return crate::client::with_device_state(dev, |s, _| {
+                        core::hint::black_box(&*s);
+                    })
+                    .is_some()
+                }
             };
             if found.is_ok() {
                 return true;
@@ -738,24 +751,37 @@ pub(crate) fn gid_bench() -> TestResult {
             let entries = valid_entries(dev).map_err(|_| Failed)?;
             kassert!(!entries.is_empty());
             let n = entries.len();
-            let mut cases: KVec<(&str, usize, GidKey, bool)> = KVec::new();
+            let mut cases: KVec<(&str, usize, GidKey, bool, (u32, u32))> = KVec::new();
             for (pos, i) in [("first", 0), ("middle", n / 2), ("last", n - 1)] {
-                let _ = cases.push((pos, n, key_of(&entries[i]), false), GFP_KERNEL);
+                let at = (entries[i].port(), entries[i].index());
+                let _ = cases.push((pos, n, key_of(&entries[i]), false, at), GFP_KERNEL);
             }
             if dev.as_raw() == d1.as_raw() {
                 // rxe0 searched first, then rxe1: the GID is on the second device.
                 let _ = cases.push(
-                    ("second_device", n, key_of(&entries[n - 1]), true),
+                    ("second_device", n, key_of(&entries[n - 1]), true, (0, 0)),
                     GFP_KERNEL,
                 );
             }
-            for &(pos, n, key, both) in cases.iter() {
+            for &(pos, n, key, both, (port, index)) in cases.iter() {
                 let devs_both = [d0, d1];
                 let devs_one = [dev];
                 let devs: &[&Device] = if both { &devs_both } else { &devs_one };
+                // Where ibext's time goes, beside the three finders: its confirmation alone
+                // and reaching the device's state alone (one device only).
+                let parts = [
+                    (Finder::ConfirmOnly(port, index), "confirm_only"),
+                    (Finder::StateOnly, "state_only"),
+                ];
+                let setups = if both { &parts[..0] } else { &parts[..] };
+                let all = Finder::ALL.len() + setups.len();
                 for rep in 0..REPS {
-                    for j in 0..3 {
-                        let (finder, label) = Finder::ALL[(rep + j) % 3];
+                    for j in 0..all {
+                        let k = (rep + j) % all;
+                        let (finder, label) = Finder::ALL
+                            .get(k)
+                            .copied()
+                            .unwrap_or_else(|| setups[k - Finder::ALL.len()]);
                         let r = ns_per_lookup(finder, devs, &key);
                         kassert!(r.is_some(), "{} {} of {}: not found", label, pos, n);
                         let (t, cnt) = r.ok_or(Failed)?;

@@ -5,7 +5,9 @@
 //!
 //! About 1450 lines: the suite's fixtures (a PD, pools made through the C API, a fleet of
 //! loopback QPs with every receive setup: managed buffers, per-QP queues, ULP-posted receives
-//! on pooled SRQs) and the cases that share them. Splitting it is open work (issue 12).
+//! on pooled SRQs) and the cases that share them. The fixtures are private to this suite and
+//! the benchmark in it; kept in one file so that they stay so, rather than becoming
+//! `pub(crate)` for every other suite.
 
 use super::{
     guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links, wait_for},

@@ -39,6 +39,9 @@ pub(crate) struct Run {
     sends_seen: AtomicU64,
     /// Successful send completions.
     sends_done: AtomicU64,
+    /// When the latest successful send completed (ns, `ktime_get`): the end of a timed run,
+    /// exact, where the waiter's `msleep` would round it up to its next tick.
+    last_done_ns: AtomicU64,
     completions: AtomicU64,
     errors: AtomicU64,
     late: AtomicU64,
@@ -53,6 +56,11 @@ impl Run {
     /// Successful send completions so far.
     pub(crate) fn sends_done(&self) -> u64 {
         self.sends_done.load(Ordering::Acquire)
+    }
+
+    /// When the latest successful send completed (ns, `ktime_get`; 0 before the first).
+    pub(crate) fn last_done_ns(&self) -> u64 {
+        self.last_done_ns.load(Ordering::Acquire)
     }
 
     /// All completions (sends and receives, flushed ones included).
@@ -161,7 +169,8 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     if status != bindings::ib_wc_status_IB_WC_SUCCESS || run.gone.load(Ordering::Acquire) {
         return;
     }
-    let lat = now_ns().saturating_sub(slot.posted_at.load(Ordering::Relaxed));
+    let now = now_ns();
+    let lat = now.saturating_sub(slot.posted_at.load(Ordering::Relaxed));
     let i = run.lat_next.fetch_add(1, Ordering::Relaxed);
     if i < run.lat_len {
         // SAFETY: `i` is in bounds and handed out once; readers wait for `sends_done`
@@ -176,6 +185,7 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     if more && !slot.post_send() {
         run.errors.fetch_add(1, Ordering::AcqRel);
     }
+    run.last_done_ns.fetch_max(now, Ordering::Relaxed);
     run.sends_done.fetch_add(1, Ordering::Release);
 }
 
@@ -257,6 +267,7 @@ impl Stream {
                 sends_posted: AtomicU64::new(0),
                 sends_seen: AtomicU64::new(0),
                 sends_done: AtomicU64::new(0),
+                last_done_ns: AtomicU64::new(0),
                 completions: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
                 late: AtomicU64::new(0),
