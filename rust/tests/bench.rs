@@ -303,25 +303,24 @@ fn sort_u64(v: &mut [u64]) {
 /// (`"rep"`, `"order"`); the harness pairs them and reports each ratio's median and range.
 pub(crate) const REPS: usize = 5;
 
-/// Prints one repetition of one setup.
-fn emit(
-    bench: &str,
-    label: &str,
+/// One point of a benchmark: `qps` QPs at `depth`, until `ops` sends completed.
+struct Point<'a> {
+    bench: &'a str,
     qps: usize,
     depth: usize,
     ops: u64,
-    rep: usize,
-    order: usize,
-    o: &Outcome,
-) {
+}
+
+/// Prints repetition `rep` of setup `label` at `p`, the `order`th setup of its repetition.
+fn emit(p: &Point<'_>, label: &str, rep: usize, order: usize, o: &Outcome) {
     let ev = o.events_per_1k_x10;
     pr_info!(
         "ibext-bench: {{\"bench\":\"{}\",\"setup\":\"{}\",\"qps\":{},\"depth\":{},\"ops\":{},\"rep\":{},\"order\":{},\"ops_per_s\":{},\"events_per_1k_completions\":{}.{},\"lat_mean_ns\":{},\"lat_p99_ns\":{},\"cqs\":{},\"cqe_allocated\":{},\"max_profile\":{},\"deferred_polls\":{},\"mode_switches\":{},\"profile_changes\":{},\"defer_asked_us\":{}.{},\"defer_waited_us\":{}.{}}}\n",
-        bench,
+        p.bench,
         label,
-        qps,
-        depth,
-        ops,
+        p.qps,
+        p.depth,
+        p.ops,
         rep,
         order,
         o.ops_per_s,
@@ -353,6 +352,12 @@ fn compare(
     ops: u64,
 ) -> TestResult {
     let n = setups.len();
+    let point = Point {
+        bench,
+        qps,
+        depth,
+        ops,
+    };
     for rep in 0..REPS {
         for j in 0..n {
             let (setup, label) = setups[(rep + j) % n];
@@ -365,16 +370,7 @@ fn compare(
                 depth,
                 r.as_ref().err()
             );
-            emit(
-                bench,
-                label,
-                qps,
-                depth,
-                ops,
-                rep,
-                j,
-                &r.map_err(|_| Failed)?,
-            );
+            emit(&point, label, rep, j, &r.map_err(|_| Failed)?);
         }
     }
     Ok(())

@@ -751,7 +751,9 @@ pub(crate) fn gid_bench() -> TestResult {
             let entries = valid_entries(dev).map_err(|_| Failed)?;
             kassert!(!entries.is_empty());
             let n = entries.len();
-            let mut cases: KVec<(&str, usize, GidKey, bool, (u32, u32))> = KVec::new();
+            // (position, table size, key, on the second device, (port, index) of the entry)
+            type Case<'a> = (&'a str, usize, GidKey, bool, (u32, u32));
+            let mut cases: KVec<Case<'_>> = KVec::new();
             for (pos, i) in [("first", 0), ("middle", n / 2), ("last", n - 1)] {
                 let at = (entries[i].port(), entries[i].index());
                 let _ = cases.push((pos, n, key_of(&entries[i]), false, at), GFP_KERNEL);
