@@ -25,9 +25,10 @@ SMP ?= 4
 # TCG, more vCPUs than host cores stall vCPUs for milliseconds at random and
 # the numbers measure the host scheduler instead of ibext.
 BENCH_SMP ?= 2
-# The benchmarks' clock: "tcg" (the host's time) or "icount" (QEMU's instruction count:
-# virtual time follows executed instructions; see Documentation/ibext-testing.rst).
-BENCH_CLOCK ?= tcg
+# The benchmarks' clock: "icount" (QEMU's instruction count: virtual time follows executed
+# instructions, so host load and timer overshoot drop out) or "tcg" (the host's time); see
+# "Benchmarks" in Documentation/ibext-testing.rst for what each measures and their spread.
+BENCH_CLOCK ?= icount
 # A guest is stopped as hung once its console has been silent for STALL
 # seconds (every guest step and KUnit case prints when it ends), and in any
 # case after TIMEOUT seconds; STRESS=1 doubles the latter, not the former.

@@ -629,7 +629,8 @@ def run_guests(args, guests, stamp, total, logs):
     for flavour, kdir, cpio in guests:
         log_path = os.path.join(args.out, f"console-{args.mode}-{flavour}-{stamp}.log")
         logs.append(log_path)
-        print(f"ibext: booting the {flavour} kernel (TCG); "
+        clock = ", instruction-count clock" if args.clock == "icount" else ""
+        print(f"ibext: booting the {flavour} kernel (TCG{clock}); "
               f"console log: {log_path}", flush=True)
         timed_out, secs, times = boot(args, flavour, kdir, cpio, log_path)
         res = judge(args, log_path, timed_out)
