@@ -97,6 +97,37 @@ fn fast_publish(dev: *mut bindings::ib_device, data: *mut c_void) {
     }
 }
 
+/// Tests only: a device address no real device has, for [`test_fill_fast`].
+#[cfg(ibext_kunit)]
+static NO_DEVICE: u8 = 0;
+
+/// Tests only: claims every free slot of [`FAST`] for a device that does not exist, so that a
+/// device added next is found through the xarray; returns how many slots were claimed.
+#[cfg(ibext_kunit)]
+pub(crate) fn test_fill_fast() -> usize {
+    let none = core::ptr::addr_of!(NO_DEVICE).cast_mut();
+    let mut n = 0;
+    while FAST.iter().any(|s| s.dev.load(Ordering::Acquire).is_null()) {
+        fast_publish(none.cast(), none.cast());
+        n += 1;
+    }
+    n
+}
+
+/// Tests only: frees the slots [`test_fill_fast`] claimed.
+#[cfg(ibext_kunit)]
+pub(crate) fn test_free_fast() {
+    let none = core::ptr::addr_of!(NO_DEVICE).cast_mut();
+    fast_unpublish(none.cast(), none.cast());
+}
+
+/// Returns whether `dev` has a slot in [`FAST`].
+#[cfg(ibext_kunit)]
+pub(crate) fn test_has_fast_slot(dev: &Device) -> bool {
+    FAST.iter()
+        .any(|s| s.dev.load(Ordering::Acquire) == dev.as_raw())
+}
+
 /// Frees `dev`'s slot in [`FAST`], if it has one; the caller then waits for a grace period.
 fn fast_unpublish(dev: *mut bindings::ib_device, data: *mut c_void) {
     for s in FAST.iter() {

@@ -8,11 +8,12 @@
 //! must return a valid result or `-ENODEV` (KASAN, on the debug kernel, checks that nothing
 //! reads freed state); a worker stops, and lets its device reference go, once the pool says
 //! `-ENODEV`, so that the deletion can finish. The deletion starts only after every worker has
-//! made calls that succeeded, so the race is run whatever the guest's speed.
+//! made calls that succeeded, so the race is run whatever the guest's speed. It runs twice:
+//! with rxe1 in a slot of the fast device table (`ib/client.rs`), and without one.
 
-use super::guest::{link_delete, msleep, required, restore_links, DeviceRef};
+use super::guest::{link_add, link_delete, msleep, required, restore_links, DeviceRef};
 use crate::{
-    bindings,
+    bindings, client,
     ib::capi::{
         ibext_cq_pool_get, ibext_cq_pool_put, ibext_find_gid, ibext_srq_pool_create,
         ibext_srq_pool_destroy,
@@ -125,6 +126,27 @@ fn calls_racing_removal() -> TestResult {
     r
 }
 
+/// The same race with rxe1 found through ib_core's client-data xarray: every slot of the fast
+/// device table is taken when rxe1 is added, so rxe1 has none.
+fn calls_racing_removal_without_a_fast_slot() -> TestResult {
+    let r = without_a_fast_slot_checks();
+    client::test_free_fast();
+    restore_links();
+    r
+}
+
+fn without_a_fast_slot_checks() -> TestResult {
+    kassert_eq!(link_delete(c_str!("rxe1")).map_err(|_| Failed)?, 0);
+    kassert!(client::test_fill_fast() > 0);
+    kassert_eq!(link_add(c_str!("rxe1")).map_err(|_| Failed)?, 0);
+    {
+        let dev = required(c_str!("rxe1"))?;
+        kassert!(!client::test_has_fast_slot(dev.device()));
+        kassert!(client::device_state(dev.device()).is_some());
+    }
+    calls_racing_removal_checks()
+}
+
 fn calls_racing_removal_checks() -> TestResult {
     let (gid, gid_type) = {
         let dev = required(c_str!("rxe1"))?;
@@ -167,4 +189,10 @@ fn calls_racing_removal_checks() -> TestResult {
     Ok(())
 }
 
-kunit_suite!(ibext_lifetime, [calls_racing_removal]);
+kunit_suite!(
+    ibext_lifetime,
+    [
+        calls_racing_removal,
+        calls_racing_removal_without_a_fast_slot
+    ]
+);
