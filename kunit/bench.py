@@ -158,6 +158,12 @@ GOALS = [
          "per_qp_rq", "le", 0.125),
     Goal("SRQ pool ops/s / per-QP receive queues", "srq", "ops_per_s", "srq_pool",
          "per_qp_rq", "ge", 0.90),
+    Goal("NVMe/RDMA 4K random-read IOPS, ports / upstream's modules", "nvme", "iops",
+         "ibext", "upstream", "ge", 1.0),
+    Goal("NVMe/RDMA completion events per I/O, ports / upstream's modules", "nvme",
+         "events_per_io", "ibext", "upstream", "le", 1.0),
+    Goal("NVMe/RDMA target receive bytes, port / upstream with use_srq=1", "nvme_mem",
+         "target_recv_bytes", "ibext", "upstream_srq", "le", 1.0),
 ]
 
 
@@ -175,7 +181,12 @@ def print_table(rows, cols, out=sys.stdout):
 def print_medians(rows):
     med = medians(rows)
     print("Per setup, the median over the repetitions:")
-    print_table([r for r in med if r.get("bench") not in ("gid", "srq")],
+    print_table([r for r in med if r.get("bench") == "nvme"],
+                ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
+                 "events_per_io"])
+    print_table([r for r in med if r.get("bench") == "nvme_mem"],
+                ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
+    print_table([r for r in med if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem")],
                 ["bench", "setup", "qps", "depth", "ops", "reps", "ops_per_s",
                  "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
                  "cqe_allocated"])
@@ -205,8 +216,22 @@ def print_goals(rows):
     print("goals: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("met", "not met", "unclear")))
 
 
+def print_growth(rows):
+    """How each NVMe target's receive memory grows with the host queues."""
+    by = {}
+    for r in rows:
+        if r.get("bench") == "nvme_mem":
+            by.setdefault(r["setup"], {})[r["host_queues"]] = r["target_recv_bytes"]
+    for setup, q in sorted(by.items()):
+        lo, hi = min(q), max(q)
+        if q[lo]:
+            print(f"nvme target receive bytes, {setup}: {hi} host queues / {lo}: "
+                  f"{q[hi] / q[lo]:.2f} ({q[lo]} -> {q[hi]})")
+
+
 def report(rows):
     print_medians(rows)
+    print_growth(rows)
     print_goals(rows)
 
 

@@ -244,11 +244,16 @@ wait_for() {
 }
 
 nvme_target_up() {
+	nvme_target_config && insmod /ibext/ulp/nvmet-rdma-ibext.ko && nvme_port_enable
+}
+
+# The namespace, subsystem and port in configfs; no transport loaded, the
+# port not enabled.
+nvme_target_config() {
 	grep -q " $CFS " /proc/mounts || mount -t configfs configfs $CFS || return 1
 	ip addr add $NVME_ADDR/24 dev veth2 2>/dev/null
 	wait_for 300 "$NVME_RXE's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
 	modprobe null_blk nr_devices=0 && modprobe nvmet || return 1
-	insmod /ibext/ulp/nvmet-rdma-ibext.ko || return 1
 	B=$CFS/nullb/nullb0
 	mkdir $B && echo $NS_MB > $B/size && echo 4096 > $B/blocksize &&
 		echo 1 > $B/memory_backed && echo 1 > $B/power || return 1
@@ -258,8 +263,7 @@ nvme_target_up() {
 		echo 1 > $S/namespaces/1/enable || return 1
 	P=$CFS/nvmet/ports/1
 	mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
-		echo $NVME_ADDR > $P/addr_traddr && echo 4420 > $P/addr_trsvcid || return 1
-	nvme_port_enable
+		echo $NVME_ADDR > $P/addr_traddr && echo 4420 > $P/addr_trsvcid
 }
 
 # Linking the subsystem to the port makes nvmet-rdma listen on it.
@@ -288,9 +292,14 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 nvme_up() {
 	modprobe nvme_fabrics || return 1
 	grep -q '^nvme_rdma_ibext ' /proc/modules || insmod /ibext/ulp/nvme-rdma-ibext.ko || return 1
+	nvme_connect $NVME_IOQ
+}
+
+# nvme_connect <I/O queues>: with whichever "rdma" host transport is loaded.
+nvme_connect() {
 	# A 60 s keep-alive: keep-alive timeouts must not depend on the guest's speed.
 	nvme connect -t rdma -a $NVME_ADDR -s 4420 -n $NQN --hostnqn=$HOSTNQN \
-		--hostid=$HOSTID -i $NVME_IOQ -k 60 || return 1
+		--hostid=$HOSTID -i $1 -k 60 || return 1
 	wait_for 120 "namespace of $NQN" nvme_dev >/dev/null
 }
 
@@ -393,6 +402,133 @@ nvme_steps() {
 	step "NVMe over RDMA on ibext: $NVME_RECONNECTS reconnects, data verified after each" nvme_reconnect
 	step "NVMe over RDMA on ibext: $NVME_RXE deleted under fio, re-added, verified again" nvme_link_delete
 	step "NVMe over RDMA on ibext: disconnect and unload, nothing left" nvme_unload
+}
+
+# make bench: NVMe over RDMA through upstream's nvme-rdma and nvmet-rdma
+# against the ports of ulp/, side by side in this boot (issue 16). Each of
+# NB_REPS repetitions loads one pair, connects ($SMP I/O queues), runs every
+# fio point, disconnects and unloads, then does the same with the other pair;
+# the order alternates. A point is fio's 4 KiB random reads at one queue depth
+# and job count for NB_SECS seconds of guest time, after a 1 s ramp. Its
+# completion events are counted the same way for both pairs, as calls of a
+# CQ's completion handler: ib_core's cq_schedule tracepoint for ib_core's
+# CQs (upstream's pool, and the MAD CQs for both), plus the "events" of
+# ibext's pooled CQs (which do not go through ib_core's handlers).
+NB_REPS=5
+NB_SECS=3
+TR=/sys/kernel/tracing
+nb_pair() {
+	case $1.$2 in
+	upstream.load) modprobe nvmet-rdma && modprobe nvme-rdma ;;
+	upstream.unload) rmmod nvme_rdma nvmet_rdma ;;
+	ibext.load) insmod /ibext/ulp/nvmet-rdma-ibext.ko && insmod /ibext/ulp/nvme-rdma-ibext.ko ;;
+	ibext.unload) rmmod nvme_rdma_ibext nvmet_rdma_ibext ;;
+	esac
+}
+nb_events() {
+	core=$(awk '/^ *Hits:/ { print $2; exit }' $TR/events/rdma_core/cq_schedule/hist)
+	ours=$(cat $D/*/cq_pools 2>/dev/null |
+		awk '{ for (i = 1; i < NF; i++) if ($i == "events") n += $(i + 1) } END { print n + 0 }')
+	echo $((${core:-0} + ours))
+}
+# nb_point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line.
+nb_point() {
+	dev=$(nvme_dev) || return 1
+	ev0=$(nb_events) io0=$(io_done ${dev##*/})
+	out=$(fio --name=nb --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
+		--rw=randread --numjobs=$4 --iodepth=$5 --size=${NS_MB}M --time_based \
+		--ramp_time=1 --runtime=$NB_SECS --percentile_list=99 --group_reporting \
+		--minimal) || { echo "$out"; return 1; }
+	ev1=$(nb_events) io1=$(io_done ${dev##*/})
+	# --minimal: field 8 is read IOPS; the first "99.000000%=" field is the read
+	# completion latency's p99 in microseconds. Events and I/Os are counted over
+	# the same window (the ramp included).
+	echo "$out" | awk -F';' -v s=$1 -v r=$2 -v o=$3 -v j=$4 -v d=$5 -v ev=$((ev1 - ev0)) \
+		-v ios=$((io1 - io0)) '
+		$5 != 0 { exit 1 }
+		{ for (i = 18; i <= NF; i++) if ($i ~ /^99\.0+%=/) { split($i, p, "="); break }
+		  printf "ibext-bench: {\"bench\":\"nvme\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f}\n", s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0) }' \
+		> /dev/kmsg || { echo "fio: $out"; return 1; }
+}
+nb_setup() {
+	setup=$1 rep=$2 order=$3
+	nb_pair $setup load && nvme_port_enable && nvme_connect $SMP || return 1
+	for point in "1 1" "1 32" "$SMP 1" "$SMP 32"; do
+		nb_point $setup $rep $order $point || return 1
+	done
+	nvme_down && nvme_port_disable && nb_pair $setup unload
+}
+# The target's receive buffers (its commands, their nvme_command and their
+# inline-data pages) when <controllers> hosts connect with <queues> I/O queues
+# each: the bytes allocated under nvmet_rdma_alloc_cmd*() and
+# nvmet_rdma_alloc_inline_pages() while they connect, read off kmem
+# histograms keyed by stack trace. The host is upstream's nvme-rdma for all
+# three targets: upstream's nvmet-rdma, the same with use_srq=1, and the port.
+nb_hist_bytes() {
+	awk -v per=$2 '
+		/^\{/ { mine = 0 }
+		/nvmet_rdma_alloc_cmd|nvmet_rdma_alloc_inline_pages/ { mine = 1 }
+		/^\}/ && mine {
+			for (i = 1; i < NF; i++) {
+				if ($i == "hitcount:") h = $(i + 1)
+				if ($i == "bytes_alloc:") b = $(i + 1)
+			}
+			n += per ? h * per : b
+		}
+		END { print n + 0 }' $TR/events/kmem/$1/hist
+}
+nb_mem() {
+	setup=$1 nctrl=$2 nq=$3
+	case $setup in
+	upstream) modprobe nvmet-rdma ;;
+	upstream_srq) modprobe nvmet-rdma use_srq=1 ;;
+	ibext) insmod /ibext/ulp/nvmet-rdma-ibext.ko ;;
+	esac || return 1
+	nvme_port_enable || return 1
+	echo "hist:keys=common_stacktrace:vals=bytes_alloc" > $TR/events/kmem/kmalloc/trigger &&
+		echo "hist:keys=common_stacktrace" > $TR/events/kmem/mm_page_alloc/trigger || return 1
+	c=0
+	while [ $c -lt $nctrl ]; do
+		id=$HOSTID_PREFIX$(printf %02x $c)
+		nvme connect -t rdma -a $NVME_ADDR -s 4420 -n $NQN -k 60 -i $nq \
+			--hostnqn=nqn.2014-08.org.nvmexpress:uuid:$id --hostid=$id >/dev/null || return 1
+		c=$((c + 1))
+	done
+	# Inline-data pages are order 0 (one page of inline data, the default).
+	bytes=$(($(nb_hist_bytes kmalloc) + $(nb_hist_bytes mm_page_alloc 4096)))
+	echo "!hist:keys=common_stacktrace:vals=bytes_alloc" > $TR/events/kmem/kmalloc/trigger
+	echo "!hist:keys=common_stacktrace" > $TR/events/kmem/mm_page_alloc/trigger
+	printf 'ibext-bench: {"bench":"nvme_mem","setup":"%s","host_queues":%d,"controllers":%d,"target_recv_bytes":%d}\n' \
+		$setup $((nctrl * nq)) $nctrl $bytes > /dev/kmsg
+	nvme disconnect -n $NQN >/dev/null || return 1
+	wait_for 120 "controllers of $NQN gone" no_nvme_dev || return 1
+	nvme_port_disable || return 1
+	case $setup in
+	ibext) rmmod nvmet_rdma_ibext ;;
+	*) rmmod nvmet_rdma ;;
+	esac
+}
+HOSTID_PREFIX=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a
+nvme_bench_mem() {
+	modprobe nvme-rdma || return 1
+	for setup in upstream upstream_srq ibext; do
+		nb_mem $setup 1 1 && nb_mem $setup 2 2 && nb_mem $setup 8 2 || return 1
+	done
+	rmmod nvme_rdma
+}
+
+nvme_bench() {
+	insmod /ibext/ibext.ko && nvme_target_config && modprobe nvme_fabrics || return 1
+	grep -q " $TR " /proc/mounts || mount -t tracefs tracefs $TR || return 1
+	echo "hist:keys=cq_id" > $TR/events/rdma_core/cq_schedule/trigger || return 1
+	rep=0
+	while [ $rep -lt $NB_REPS ]; do
+		if [ $((rep % 2)) = 0 ]; then set -- upstream ibext; else set -- ibext upstream; fi
+		nb_setup $1 $rep 0 && nb_setup $2 $rep 1 || return 1
+		rep=$((rep + 1))
+	done
+	log "# nvme bench: $NB_REPS repetitions of both pairs"
+	nvme_bench_mem
 }
 
 # The debug kernel's failslab: KUnit's fail-nth sweeps allocate with
@@ -506,7 +642,12 @@ if setup > /tmp/setup.log 2>&1; then
 	log "setup done"
 	case "$MODE" in
 	run) run ;;
-	bench) kunit /ibext/kunit/ibext.ko ;;
+	bench)
+		[ "$SUITE" = ibext_nvme_bench ] || kunit /ibext/kunit/ibext.ko
+		if [ -z "$SUITE" ] || [ "$SUITE" = ibext_nvme_bench ]; then
+			step "NVMe over RDMA benchmark: upstream's modules and the ports" nvme_bench
+		fi
+		;;
 	*) check ;;
 	esac
 else
