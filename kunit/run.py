@@ -215,7 +215,8 @@ def boot(args, flavour, kdir, cpio, log_path):
     append.append(f"ibext.smp={smp}")
     slow = {name for name, is_slow in declared_suites() if is_slow}
     if args.mode == "bench":
-        # ibext_nvme_bench is the guest's NVMe over RDMA benchmark alone (no KUnit).
+        # ibext_nvme_bench is the guest's NVMe over RDMA benchmark alone (no KUnit), and
+        # ibext_nvme_mem its target-memory part alone.
         append.append(f"kunit.filter_glob={args.suite or 'ibext_bench'}")
         if args.suite:
             append.append(f"ibext.suite={args.suite}")
@@ -519,7 +520,7 @@ def judge(args, log_path, timed_out):
         # SUITE may name one case: suite.case.
         if args.mode == "bench":
             want = [(args.suite or "ibext_bench").split(".")[0]]
-            if args.suite == "ibext_nvme_bench":
+            if args.suite in ("ibext_nvme_bench", "ibext_nvme_mem"):
                 want = []
         elif args.suite and args.suite not in GUEST_SUITES:
             want = [args.suite.split(".")[0]]
