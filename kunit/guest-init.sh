@@ -586,6 +586,10 @@ check() {
 		sh -c "rdma link delete rxe0 && rdma link delete rxe1"
 }
 
+# The kernel log without its timestamps (printk.time=1), so that KTAP lines
+# can be matched from their start.
+kmsg() { dmesg | sed 's/^\[[^]]*\] *//'; }
+
 run() {
 	echo "== RDMA devices"
 	rdma link show
@@ -613,7 +617,7 @@ run() {
 	# No trailing newline: the glob is matched as written.
 	printf %s ibext_cq_pool.traffic_softirq > /sys/module/kunit/parameters/filter_glob
 	insmod /ibext/kunit/ibext.ko || { log "not ok 1 - demo: insmod of the KUnit flavour"; return; }
-	dmesg | grep -E '^ *(ok|not ok) [0-9]+ traffic'
+	kmsg | grep -E '^ *(ok|not ok) [0-9]+ traffic'
 	echo "-- $D/rxe0/cq_pools"
 	cat $D/rxe0/cq_pools
 	echo "-- $D/objects"
@@ -623,7 +627,7 @@ run() {
 	echo "== 16 loopback QPs receiving through an SRQ pool (one SRQ per vector)"
 	printf %s ibext_srq.traffic_exactly_once > /sys/module/kunit/parameters/filter_glob
 	insmod /ibext/kunit/ibext.ko || { log "not ok 1 - demo: insmod of the KUnit flavour"; return; }
-	dmesg | grep -E 'srq traffic|^ *(ok|not ok) [0-9]+ traffic_exactly_once'
+	kmsg | grep -E 'srq traffic|^ *(ok|not ok) [0-9]+ traffic_exactly_once'
 	rmmod ibext
 
 	echo "== NVMe over RDMA on ibext: nvmet-rdma-ibext serves a null_blk namespace on"
@@ -639,8 +643,8 @@ run() {
 		echo "-- nvme disconnect, unload the ports and ibext"
 		nvme_unload || nvme=fail
 	fi
-	if dmesg | grep -qE '^ *ok [0-9]+ traffic_softirq' &&
-	   dmesg | grep -qE '^ *ok [0-9]+ traffic_exactly_once' && [ $nvme = ok ]; then
+	if kmsg | grep -qE '^ *ok [0-9]+ traffic_softirq' &&
+	   kmsg | grep -qE '^ *ok [0-9]+ traffic_exactly_once' && [ $nvme = ok ]; then
 		log "ok 1 - demo"
 	else
 		log "not ok 1 - demo: the ping-pong, the SRQ traffic or NVMe over RDMA did not pass"
