@@ -120,6 +120,7 @@ u32 ibext_test_wc_imm(const struct ib_wc *wc);
 unsigned int ibext_test_set_fail_nth(unsigned int n);
 void ibext_test_text_range(unsigned long *start, unsigned long *end);
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
+void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
 #endif
 
 #endif /* IBEXT_SHIM_H */

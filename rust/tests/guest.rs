@@ -111,6 +111,13 @@ pub(crate) fn msleep(ms: u32) {
     unsafe { bindings::msleep(ms) };
 }
 
+/// Sleeps for 100 to 200 microseconds (`usleep_range`): a poll between steps of a benchmark,
+/// where `msleep`'s tick (4 ms at HZ=250) would be most of what is measured.
+pub(crate) fn short_sleep() {
+    // SAFETY: FFI call; tests run in process context.
+    unsafe { bindings::ibext_test_usleep(100, 200) };
+}
+
 /// Waits up to `ms` milliseconds for `cond`; returns whether it became true.
 pub(crate) fn wait_for(ms: u32, mut cond: impl FnMut() -> bool) -> bool {
     let mut waited = 0;

@@ -10,6 +10,7 @@
  * GID's netdev.  The link-local RoCE v2 GID at index 0 is source and
  * destination.
  */
+#include <linux/delay.h>
 #include <linux/etherdevice.h>
 #include <linux/netdevice.h>
 #include <linux/module.h>
@@ -250,6 +251,12 @@ static int ibext_test_umh_init(struct subprocess_info *info, struct cred *new)
  * filter on this module's text, the n-th allocation ibext makes while the
  * command runs (ibext's client add during "rdma link add", say).
  */
+/* usleep_range() is an inline function: Rust cannot call it. */
+void ibext_test_usleep(unsigned long min_us, unsigned long max_us)
+{
+	usleep_range(min_us, max_us);
+}
+
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth)
 {
 	struct subprocess_info *info;

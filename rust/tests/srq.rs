@@ -10,7 +10,10 @@
 //! `pub(crate)` for every other suite.
 
 use super::{
-    guest::{debugfs_exists, link_add, link_delete, msleep, required, restore_links, wait_for},
+    guest::{
+        debugfs_exists, link_add, link_delete, msleep, required, restore_links, short_sleep,
+        wait_for,
+    },
     stream::now_ns,
 };
 use crate::{
@@ -648,28 +651,33 @@ impl Fleet {
             self.post_range(0, seq..seq + n)?;
             seq += n;
             let want = u64::from(seq);
+            // Microseconds, counted at the shortest sleep: the bound is at least 30 s.
             let mut waited = 0;
             while self
                 .sends
                 .iter()
                 .any(|s| s.done.load(Ordering::Acquire) < want)
             {
-                kassert!(waited < 30_000, "sends of round {} did not complete", seq);
-                msleep(2);
-                waited += 2;
+                kassert!(
+                    waited < 30_000_000,
+                    "sends of round {} did not complete",
+                    seq
+                );
+                short_sleep();
+                waited += 100;
             }
         }
         let total = (self.qps.len() as u64) * u64::from(per_qp);
         let mut waited = 0;
         while self.rx.received.load(Ordering::Acquire) < total {
             kassert!(
-                waited < 30_000,
+                waited < 30_000_000,
                 "{} of {} received",
                 self.rx.received.load(Ordering::Acquire),
                 total
             );
-            msleep(2);
-            waited += 2;
+            short_sleep();
+            waited += 100;
         }
         for s in self.sends.iter() {
             kassert_eq!(s.errors.load(Ordering::Acquire), 0);
