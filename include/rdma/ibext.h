@@ -232,7 +232,9 @@ enum ibext_recv_action {
  *	the work completion and the buffer; returns IBEXT_RECV_REPOST (the
  *	buffer is valid only during the call) or IBEXT_RECV_KEEP (it stays the
  *	ULP's until ibext_srq_pool_repost()); must be NULL without managed
- *	buffers
+ *	buffers. A receive that completes in error is not handed to the ULP:
+ *	its buffer is posted again, also when a QP's move to the error state
+ *	flushed it (IB_WC_WR_FLUSH_ERR), so that no buffer is lost to the pool
  * @ctx: handed to @recv_done unchanged
  */
 struct ibext_srq_pool_attr {

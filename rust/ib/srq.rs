@@ -48,7 +48,7 @@ stat_enum! {
         Completions => "completions",
         /// Receives completed in error, events other than the limit, and failed limit re-arms.
         Errors => "errors",
-        /// Receives flushed: no longer posted.
+        /// Receives flushed by a QP's error, their buffers posted again.
         Flushed => "flushed",
         /// Receives whose repost failed: no longer posted.
         RepostFailures => "repost_failures",
@@ -517,8 +517,11 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
     } else {
         inner.stats.inc(SrqStat::Errors as usize);
         if wc.is_flush() {
+            // A receive the SRQ gave to a QP that then went to the error state (a hardware
+            // device flushes the receives a QP had taken; rxe never flushes an SRQ's). The
+            // buffer never reached the ULP: it goes back to the SRQ for the other QPs, rather
+            // than being lost to the pool.
             inner.stats.inc(SrqStat::Flushed as usize);
-            return;
         }
     }
     if inner.post(b).is_err() {
