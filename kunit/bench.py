@@ -72,7 +72,7 @@ def medians(rows):
     for r in rows:
         by.setdefault((r.get("bench"), case_of(r), r.get("setup")), []).append(r)
     out = []
-    for (_, _, _), rs in by.items():
+    for rs in by.values():
         m = {k: v for k, v in rs[0].items() if k not in METRICS and k not in ("rep", "order")}
         for k in sorted({k for r in rs for k in r} & METRICS):
             vals = [r[k] for r in rs if k in r]

@@ -229,6 +229,9 @@ CFS=/sys/kernel/config
 NS_MB=32
 [ "$FLAVOUR" = debug ] && NS_MB=4
 NVME_IOQ=4
+# The ports of ulp/: the target and the host.
+PORT_TARGET=/ibext/ulp/nvmet-rdma-ibext.ko
+PORT_HOST=/ibext/ulp/nvme-rdma-ibext.ko
 
 # wait_for <seconds> <what> <command...>: poll once a second until the command
 # succeeds; fail with <what> after <seconds>.
@@ -244,7 +247,7 @@ wait_for() {
 }
 
 nvme_target_up() {
-	nvme_target_config && insmod /ibext/ulp/nvmet-rdma-ibext.ko && nvme_port_enable
+	nvme_target_config && insmod $PORT_TARGET && nvme_port_enable
 }
 
 # The namespace, subsystem and port in configfs; no transport loaded, the
@@ -291,7 +294,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 
 nvme_up() {
 	modprobe nvme_fabrics || return 1
-	grep -q '^nvme_rdma_ibext ' /proc/modules || insmod /ibext/ulp/nvme-rdma-ibext.ko || return 1
+	grep -q '^nvme_rdma_ibext ' /proc/modules || insmod $PORT_HOST || return 1
 	nvme_connect $NVME_IOQ
 }
 
@@ -421,7 +424,7 @@ nb_pair() {
 	case $1.$2 in
 	upstream.load) modprobe nvmet-rdma && modprobe nvme-rdma ;;
 	upstream.unload) rmmod nvme_rdma nvmet_rdma ;;
-	ibext.load) insmod /ibext/ulp/nvmet-rdma-ibext.ko && insmod /ibext/ulp/nvme-rdma-ibext.ko ;;
+	ibext.load) insmod $PORT_TARGET && insmod $PORT_HOST ;;
 	ibext.unload) rmmod nvme_rdma_ibext nvmet_rdma_ibext ;;
 	esac
 }
@@ -482,7 +485,7 @@ nb_mem() {
 	case $setup in
 	upstream) modprobe nvmet-rdma ;;
 	upstream_srq) modprobe nvmet-rdma use_srq=1 ;;
-	ibext) insmod /ibext/ulp/nvmet-rdma-ibext.ko ;;
+	ibext) insmod $PORT_TARGET ;;
 	esac || return 1
 	nvme_port_enable || return 1
 	echo "hist:keys=common_stacktrace:vals=bytes_alloc" > $TR/events/kmem/kmalloc/trigger &&

@@ -36,20 +36,25 @@ fn err_ptr<T>(e: Error) -> *mut T {
     e.to_errno() as isize as *mut T
 }
 
+/// The checks of `ibext_cq_pool_get*`, then the get; `moderation` is the attribute's mode, or
+/// `None` for `ibext_cq_pool_get()`'s default (`api::default_moderation`).
 fn cq_pool_get(
     dev: *mut bindings::ib_device,
     nr_cqe: c_uint,
     hint: c_int,
     poll_ctx: bindings::ib_poll_context,
-    moderation: bindings::ibext_moderation,
+    moderation: Option<bindings::ibext_moderation>,
 ) -> Result<CqPtr> {
     if dev.is_null() {
         return Err(EINVAL);
     }
     let ctx = PollCtx::from_raw(poll_ctx)?;
-    let moderation = Moderation::from_raw(moderation).ok_or(EINVAL)?;
     // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
     let dev = unsafe { Device::from_raw(dev) };
+    let moderation = match moderation {
+        Some(m) => Moderation::from_raw(m).ok_or(EINVAL)?,
+        None => api::default_moderation(dev),
+    };
     api::cq_pool_get(dev, nr_cqe, hint, ctx, moderation)
 }
 
@@ -65,15 +70,7 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get(
     comp_vector_hint: c_int,
     poll_ctx: bindings::ib_poll_context,
 ) -> *mut bindings::ib_cq {
-    // SAFETY: A non-null `dev` from a ULP is a registered device it may use (the C contract).
-    let dim = !dev.is_null()
-        && api::default_moderation(unsafe { Device::from_raw(dev) }) == Moderation::Dim;
-    let moderation = if dim {
-        bindings::ibext_moderation_IBEXT_MODERATION_DIM
-    } else {
-        bindings::ibext_moderation_IBEXT_MODERATION_NONE
-    };
-    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx, moderation) {
+    match cq_pool_get(dev, nr_cqe, comp_vector_hint, poll_ctx, None) {
         Ok(cq) => cq.as_raw(),
         Err(e) => err_ptr(e),
     }
@@ -93,7 +90,13 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_get_attr(
     let Some(a) = (unsafe { attr.as_ref() }) else {
         return err_ptr(EINVAL);
     };
-    match cq_pool_get(dev, a.nr_cqe, a.comp_vector_hint, a.poll_ctx, a.moderation) {
+    match cq_pool_get(
+        dev,
+        a.nr_cqe,
+        a.comp_vector_hint,
+        a.poll_ctx,
+        Some(a.moderation),
+    ) {
         Ok(cq) => cq.as_raw(),
         Err(e) => err_ptr(e),
     }

@@ -769,21 +769,20 @@ pub(crate) fn gid_bench() -> TestResult {
                 let devs_both = [d0, d1];
                 let devs_one = [dev];
                 let devs: &[&Device] = if both { &devs_both } else { &devs_one };
-                // Where ibext's time goes, beside the three finders: its confirmation alone
-                // and reaching the device's state alone (one device only).
-                let parts = [
+                // The three finders, then where ibext's time goes: its confirmation alone and
+                // reaching the device's state alone (one device only).
+                let [a, b, c] = Finder::ALL;
+                let all = [
+                    a,
+                    b,
+                    c,
                     (Finder::ConfirmOnly(port, index), "confirm_only"),
                     (Finder::StateOnly, "state_only"),
                 ];
-                let setups = if both { &parts[..0] } else { &parts[..] };
-                let all = Finder::ALL.len() + setups.len();
+                let setups = if both { &all[..3] } else { &all[..] };
                 for rep in 0..REPS {
-                    for j in 0..all {
-                        let k = (rep + j) % all;
-                        let (finder, label) = Finder::ALL
-                            .get(k)
-                            .copied()
-                            .unwrap_or_else(|| setups[k - Finder::ALL.len()]);
+                    for j in 0..setups.len() {
+                        let (finder, label) = setups[(rep + j) % setups.len()];
                         let r = ns_per_lookup(finder, devs, &key);
                         kassert!(r.is_some(), "{} {} of {}: not found", label, pos, n);
                         let (t, cnt) = r.ok_or(Failed)?;
