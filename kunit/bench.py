@@ -33,6 +33,7 @@ METRICS = {
     "cqe_allocated", "max_profile", "deferred_polls", "mode_switches", "profile_changes",
     "defer_asked_us", "defer_waited_us", "ns_per_lookup", "lookups", "recv_bytes",
     "iops", "clat_p99_us", "events_per_io", "target_recv_bytes",
+    "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -140,6 +141,12 @@ def _table_sizes(cases):
 GOALS = [
     Goal("CQ pool ops/s, ibext / upstream's pool", "cq_pool", "ops_per_s",
          "ibext_pool", "upstream_pool", "ge", 1.0),
+    Goal("CQ pool ops/s, aging on / aging off", "cq_aging_ops", "ops_per_s",
+         "ibext_pool", "ibext_pool_aging_off", "ge", 0.98),
+    Goal("Resident CQs after a 64-QP burst, ibext / the floor (1 per used vector)",
+         "cq_aging", "resident_cqs", "ibext_pool", "floor", "le", 1.0),
+    Goal("Resident CQ entries after a 64-QP burst, ibext / upstream's pool", "cq_aging",
+         "resident_cqe", "ibext_pool", "upstream_pool", "le", 1.0),
     Goal("GID find time at the smallest table, ibext / rdma_find_gid", "gid", "ns_per_lookup",
          "ibext", "rdma_find_gid", "le", 1.1,
          select=lambda c, cs: c["table"] == _table_sizes(cs)[0]
@@ -186,7 +193,11 @@ def print_medians(rows):
                  "events_per_io"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
-    print_table([r for r in med if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem")],
+    print_table([r for r in med if r.get("bench") == "cq_aging"],
+                ["bench", "setup", "qps", "nr_cqe", "reps", "peak_cqs", "peak_cqe",
+                 "resident_cqs", "resident_cqe"])
+    print_table([r for r in med
+                 if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem", "cq_aging")],
                 ["bench", "setup", "qps", "depth", "ops", "reps", "ops_per_s",
                  "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
                  "cqe_allocated"])

@@ -35,10 +35,14 @@
 use crate::{
     cq_engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
     debugfs::{SeqFile, Show},
-    ib::{cq::CqPtr, Device},
+    ib::{
+        cq::CqPtr,
+        work::{impl_has_delayed_work, DelayedRun, DelayedWork},
+        Device, LockClass,
+    },
     ledger::{Kind, Token},
     policy::{
-        cq_pool::{self as policy, Slot},
+        cq_pool::{self as policy, AgingSlot, Slot},
         moderation::Moderation,
     },
     warn::warn_on_once,
@@ -46,21 +50,24 @@ use crate::{
 use core::{
     ffi::c_void,
     fmt::Write,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
-    new_mutex, new_spinlock,
+    c_str, new_mutex, new_spinlock,
     prelude::*,
     sync::{Mutex, SpinLock},
 };
 
 /// One pooled CQ as the pool sees it.
 struct PoolSlot {
-    /// `None` once destroyed idle at retirement (the slot stays, so positions do not move).
+    /// `None` once destroyed idle, by aging or at retirement (the slot stays until its whole
+    /// set is empty, see [`CqPoolInner::unlink_empty_locked`]).
     cq: Option<OwnedCq>,
     vector: u32,
     capacity: u32,
     used: u32,
+    /// When `used` last dropped to 0, or the CQ was made ([`now_ms`]).
+    idle_since_ms: u64,
 }
 
 impl Slot for PoolSlot {
@@ -79,6 +86,12 @@ impl Slot for PoolSlot {
     }
 }
 
+impl AgingSlot for PoolSlot {
+    fn idle_since_ms(&self) -> u64 {
+        self.idle_since_ms
+    }
+}
+
 impl PoolSlot {
     /// Returns the CQ, or `None` once destroyed.
     fn ptr(&self) -> Option<CqPtr> {
@@ -87,6 +100,9 @@ impl PoolSlot {
 
     /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
     fn set_used(&mut self, used: u32) {
+        if used == 0 && self.used != 0 {
+            self.idle_since_ms = now_ms();
+        }
         self.used = used;
         if let Some(cq) = self.cq.as_ref().and_then(OwnedCq::get) {
             cq.set_used(used);
@@ -110,7 +126,7 @@ struct CqPoolInner {
 
 impl CqPoolInner {
     /// Iterates over every pooled CQ, oldest set first.
-    fn slots(&self) -> impl Iterator<Item = &PoolSlot> {
+    fn slots(&self) -> impl Iterator<Item = &PoolSlot> + Clone {
         core::iter::successors(self.head.as_deref(), |s| s.next.as_deref())
             .flat_map(|s| s.slots.iter())
     }
@@ -134,6 +150,24 @@ impl CqPoolInner {
         let slot = self.slot_mut(pos)?;
         slot.set_used(slot.used + nr_cqe);
         slot.ptr()
+    }
+
+    /// Unlinks the sets whose CQs are all destroyed and returns them as a list, for the caller
+    /// to drop outside the lock.
+    fn unlink_empty_locked(&mut self) -> Option<KBox<CqSet>> {
+        let mut gone: Option<KBox<CqSet>> = None;
+        let mut rest = self.head.take();
+        let mut tail = &mut self.head;
+        while let Some(mut set) = rest {
+            rest = set.next.take();
+            if set.slots.iter().all(|s| s.cq.is_none()) {
+                set.next = gone.take();
+                gone = Some(set);
+            } else {
+                tail = &mut tail.insert(set).next;
+            }
+        }
+        gone
     }
 
     /// Appends a set at the tail, keeping the list oldest first.
@@ -196,6 +230,7 @@ impl CqPool {
                     vector,
                     capacity,
                     used: 0,
+                    idle_since_ms: now_ms(),
                 },
                 GFP_KERNEL,
             )?;
@@ -210,17 +245,65 @@ impl CqPool {
         )?)
     }
 
-    /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool. `Ok(true)`: the
-    /// pool is dead and `cq` has just become idle (one orphan fewer).
-    fn put(&self, cq: CqPtr, nr_cqe: u32) -> Option<Result<bool, policy::OverPut>> {
+    /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool. Otherwise
+    /// whether `cq` has just become idle, and whether the pool is dead.
+    fn put(&self, cq: CqPtr, nr_cqe: u32) -> Option<Result<Idle, policy::OverPut>> {
         let mut inner = self.inner.lock();
         let pos = inner.slots().position(|s| s.ptr() == Some(cq))?;
         let dead = inner.dead;
         let slot = inner.slot_mut(pos)?;
         Some(policy::put_back(slot.used, nr_cqe).map(|used| {
             slot.set_used(used);
-            dead && used == 0
+            match (used == 0, dead) {
+                (false, _) => Idle::No,
+                (true, false) => Idle::Yes,
+                (true, true) => Idle::Orphan,
+            }
         }))
+    }
+
+    /// One aging pass at `now_ms` (see [`policy::age_pass`]): takes the CQs that aged out out of
+    /// the pool under `inner`, so that no get can pick them, then destroys them. Returns the
+    /// number destroyed and the milliseconds until the next pass is due.
+    fn age(&self, now_ms: u64) -> (usize, Option<u64>) {
+        // Serializes with growth and retirement: the slots neither come nor go meanwhile, and a
+        // dead pool stays dead.
+        let _grow = self.grow.lock();
+        let total = {
+            let inner = self.inner.lock();
+            if inner.dead {
+                return (0, None);
+            }
+            inner.slots().count()
+        };
+        let (Ok(mut at), Ok(mut aged)) = (
+            KVec::<usize>::with_capacity(total, GFP_KERNEL),
+            KVec::<OwnedCq>::with_capacity(total, GFP_KERNEL),
+        ) else {
+            // No memory for the bookkeeping: try again after another period.
+            return (0, Some(policy::AGE_MS));
+        };
+        let (next, empty) = {
+            let mut inner = self.inner.lock();
+            // Within the capacity reserved above (`total` slots, unchanged under `grow`): no
+            // allocation, so no failure, under the lock.
+            let next = policy::age_pass(inner.slots(), now_ms, |pos| {
+                let _ = at.push(pos, GFP_ATOMIC);
+            });
+            for &pos in at.iter() {
+                if let Some(cq) = inner.slot_mut(pos).and_then(|s| s.cq.take()) {
+                    let _ = aged.push(cq, GFP_ATOMIC);
+                }
+            }
+            (next, inner.unlink_empty_locked())
+        };
+        // No get can reach these any more: wait out their handlers, then destroy them.
+        destroy_cqs(aged.iter());
+        let n = aged.len();
+        // Dropped outside every lock: destroying CQs sleeps.
+        drop(aged);
+        drop_sets(empty);
+        (n, next)
     }
 
     /// Marks the pool dead and destroys its idle CQs; adds its busy ones to `orphans`.
@@ -271,16 +354,12 @@ impl CqPool {
 
     /// Destroys every CQ left (the last put after retirement, or retirement with none busy).
     fn release(&self) {
-        let mut head = self.inner.lock().head.take();
+        let head = self.inner.lock().head.take();
         let cqs = core::iter::successors(head.as_deref(), |s| s.next.as_deref())
             .flat_map(|s| s.slots.iter())
             .filter_map(|s| s.cq.as_ref());
         destroy_cqs(cqs);
-        // Drop iteratively: each set drops its CQs (destroying them) outside every lock.
-        while let Some(mut s) = head {
-            head = s.next.take();
-            drop(s);
-        }
+        drop_sets(head);
     }
 
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
@@ -321,9 +400,21 @@ pub(crate) struct Home<'a> {
 const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
 
 /// Every CQ pool of one device, one per poll context and moderation mode (CQs of different
-/// modes never share), and the device's round-robin counter.
+/// modes never share), the device's round-robin counter, and the aging of idle CQs.
+///
+/// # Aging
+///
+/// A put that leaves a CQ idle queues `aging` ([`policy::AGE_MS`] later, unless it is pending
+/// already); each run destroys the CQs idle for that long beyond each vector's floor and queues
+/// itself again for the next CQ due, if any. Retirement (`retire_begin`) cancels it, and it
+/// never touches a dead pool.
 #[pin_data]
 pub(crate) struct CqPools {
+    /// Declared first: dropped, cancelled and waited for, before `pools`, which it reads.
+    #[pin]
+    aging: DelayedWork<CqPools>,
+    /// CQs destroyed by aging, over the device's life.
+    aged: AtomicU64,
     rr: AtomicU32,
     /// Busy CQs of dead pools, plus one while retirement runs (see the file's "Lifetime").
     orphans: AtomicU32,
@@ -334,7 +425,10 @@ pub(crate) struct CqPools {
 impl CqPools {
     /// An initializer for empty pools; they grow on first use.
     pub(crate) fn new() -> impl PinInit<Self> {
+        static AGING: LockClass = LockClass::new();
         pin_init!(Self {
+            aging <- DelayedWork::new(c_str!("ibext_cq_aging"), &AGING),
+            aged: AtomicU64::new(0),
             rr: AtomicU32::new(0),
             orphans: AtomicU32::new(0),
             pools <- kernel::init::pin_init_array_from_fn(|i| {
@@ -413,8 +507,17 @@ impl CqPools {
         for pool in self.pools.iter() {
             match pool.put(cq, nr_cqe) {
                 None => continue,
-                Some(Ok(false)) => return false,
-                Some(Ok(true)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
+                Some(Ok(Idle::No)) => return false,
+                Some(Ok(Idle::Yes)) => {
+                    #[cfg(ibext_kunit)]
+                    if crate::tests::hooks::AGING_OFF.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    // A no-op while pending: the first idle CQ sets the time of the pass.
+                    self.aging.queue(policy::AGE_MS as u32);
+                    return false;
+                }
+                Some(Ok(Idle::Orphan)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
                 Some(Err(policy::OverPut)) => {
                     warn_on_once!(true, "ibext_cq_pool_put: more entries than are in use");
                     return false;
@@ -483,6 +586,9 @@ impl CqPools {
         for pool in self.pools.iter() {
             pool.retire(dev, &self.orphans);
         }
+        // Every pool is dead: a run from now on does nothing, and no put queues one for long
+        // (a put racing retirement may still queue it; the drop of `aging` cancels that).
+        self.aging.cancel_sync();
         self.orphans.load(Ordering::Acquire).saturating_sub(1)
     }
 
@@ -498,6 +604,109 @@ impl CqPools {
             pool.release();
         }
     }
+
+    /// Runs one aging pass over every pool as if the time were `now_ms`; returns the number of
+    /// CQs destroyed and when the next pass is due. The aging work's body; the tests call it
+    /// with a time one period ahead, to age what is idle now without waiting.
+    pub(crate) fn age(&self, now_ms: u64) -> (usize, Option<u64>) {
+        let mut destroyed = 0;
+        let mut next: Option<u64> = None;
+        for pool in self.pools.iter() {
+            let (n, due) = pool.age(now_ms);
+            destroyed += n;
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        self.aged.fetch_add(destroyed as u64, Ordering::Relaxed);
+        (destroyed, next)
+    }
+
+    /// Returns the number of CQs aging has destroyed.
+    pub(crate) fn aged(&self) -> u64 {
+        self.aged.load(Ordering::Relaxed)
+    }
+
+    /// Tests only: queues the aging work to run now (or moves it to now if pending), and
+    /// waits for it to finish.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_run_aging(&self) {
+        self.aging.cancel_sync();
+        self.aging.queue(0);
+        self.aging.flush();
+    }
+
+    /// Returns whether an aging pass is queued.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn aging_pending(&self) -> bool {
+        self.aging.pending()
+    }
+
+    /// Returns the number of live pooled CQs of one pool on `vector`.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn live_on(&self, ctx: PollCtx, moderation: Moderation, vector: u32) -> usize {
+        let inner = self.pool(ctx, moderation).inner.lock();
+        let n = inner
+            .slots()
+            .filter(|s| s.cq.is_some() && s.vector == vector)
+            .count();
+        n
+    }
+
+    /// Returns the live pooled CQs over every pool, and their entries together.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn resident(&self) -> (usize, u64) {
+        self.pools.iter().fold((0, 0), |(n, e), pool| {
+            let inner = pool.inner.lock();
+            let live = inner.slots().filter(|s| s.cq.is_some());
+            let (dn, de) = live.fold((0, 0u64), |(n, e), s| (n + 1, e + u64::from(s.capacity)));
+            (n + dn, e + de)
+        })
+    }
+}
+
+impl DelayedRun for CqPools {
+    /// The aging pass, then the next one queued if a CQ is due later.
+    fn run(&self) {
+        #[cfg(ibext_kunit)]
+        let Some(now) = crate::tests::hooks::aging_now(now_ms()) else {
+            return;
+        };
+        #[cfg(not(ibext_kunit))]
+        let now = now_ms();
+        if let (_, Some(due)) = self.age(now) {
+            self.aging.queue(u32::try_from(due).unwrap_or(u32::MAX));
+        }
+    }
+}
+
+// `aging` is declared before `pools`, the only field `run` reads besides the atomics.
+impl_has_delayed_work!(CqPools, aging);
+
+/// Drops a list of sets iteratively (not recursively), outside every lock: each set drops its
+/// CQs, destroying them.
+fn drop_sets(mut head: Option<KBox<CqSet>>) {
+    while let Some(mut s) = head {
+        head = s.next.take();
+        drop(s);
+    }
+}
+
+/// What a put did to its CQ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Entries are still in use.
+    No,
+    /// Idle now: aging may destroy it later.
+    Yes,
+    /// Idle now, in a dead pool: one orphan fewer.
+    Orphan,
+}
+
+/// Milliseconds of a monotonic clock, for aging.
+fn now_ms() -> u64 {
+    crate::ib::work::now_ms()
 }
 
 /// Destroys the given CQs: marks them all dying, waits once for their handlers, then lets the

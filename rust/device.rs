@@ -103,7 +103,6 @@ pub(crate) struct DeviceState {
     /// Held for the state's whole life: a user of the state (a pooled CQ in use, an SRQ
     /// pool) keeps the device's unregistration from finishing (`disable_device` waits).
     dev: DeviceRef,
-    comp_vectors: u32,
     #[pin]
     inner: Mutex<DeviceInner>,
     #[pin]
@@ -149,9 +148,17 @@ impl DeviceState {
         &self.dev
     }
 
-    /// Returns the number of completion vectors the pools use for this device.
+    /// Returns the number of completion vectors the CQ and SRQ pools spread over now:
+    /// `min(num_comp_vectors, num_online_cpus())`, at least 1.
+    ///
+    /// The one source of the count for both kinds of pool, computed at each use rather than
+    /// kept: `num_online_cpus()` is one atomic read (`include/linux/cpumask.h`, 6.12), and a
+    /// value kept since `add` goes stale when CPUs go offline or come online. A get therefore
+    /// never picks a vector at or beyond the count of that moment (the round-robin included,
+    /// `policy::cq_pool::vector_for_hint`); CQs and SRQs made on vectors beyond it keep working
+    /// for the QPs that use them.
     pub(crate) fn comp_vectors(&self) -> u32 {
-        self.comp_vectors
+        self.dev.usable_comp_vectors()
     }
 
     /// Takes `nr_cqe` entries on a pooled CQ (see `ibext_cq_pool_get_attr`).
@@ -164,7 +171,7 @@ impl DeviceState {
     ) -> Result<CqPtr> {
         let home = Home {
             dev: self.device(),
-            vectors: self.comp_vectors,
+            vectors: self.comp_vectors(),
             owner: self.as_owner(),
         };
         self.cq_pools.get(&home, nr_cqe, hint, ctx, moderation)
@@ -208,13 +215,11 @@ impl ClientData for DeviceState {
     /// Makes the state for `dev` (the client's `add`).
     fn add(dev: &Device) -> Result<Arc<Self>> {
         let name = DevName::new(dev.name());
-        let comp_vectors = dev.usable_comp_vectors();
         let dev_ref = DeviceRef::try_get(dev).ok_or(ENODEV)?;
         let gid_index = GidIndex::new(dev)?;
         let state = Arc::pin_init(
             try_pin_init!(Self {
                 dev: dev_ref,
-                comp_vectors,
                 inner <- new_mutex!(
                     DeviceInner {
                         name,
@@ -304,9 +309,10 @@ impl Show for DeviceState {
         writeln!(
             m,
             "comp_vectors {} (device {})",
-            self.comp_vectors,
+            self.comp_vectors(),
             dev.num_comp_vectors()
         )?;
+        writeln!(m, "cq_aged_out {}", self.cq_pools.aged())?;
         writeln!(m, "max_cqe {}", attrs.max_cqe)?;
         writeln!(m, "max_cq {}", attrs.max_cq)?;
         writeln!(m, "max_qp {}", attrs.max_qp)?;

@@ -196,6 +196,40 @@ bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work
 	return queue_work(wq, work);
 }
 
+/* INIT_DELAYED_WORK with the caller's lockdep class (as ibext_shim_init_work). */
+void ibext_shim_init_delayed_work(struct delayed_work *dw, work_func_t func,
+				  const char *name, struct lock_class_key *key)
+{
+	ibext_shim_init_work(&dw->work, func, name, key);
+	timer_setup(&dw->timer, delayed_work_timer_fn, TIMER_IRQSAFE);
+}
+
+/* On system_unbound_wq: aging is housekeeping, tied to no CPU. */
+bool ibext_shim_queue_delayed_work(struct delayed_work *dw, unsigned int ms)
+{
+	return queue_delayed_work(system_unbound_wq, dw, msecs_to_jiffies(ms));
+}
+
+bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw)
+{
+	return cancel_delayed_work_sync(dw);
+}
+
+bool ibext_shim_flush_delayed_work(struct delayed_work *dw)
+{
+	return flush_delayed_work(dw);
+}
+
+bool ibext_shim_delayed_work_pending(struct delayed_work *dw)
+{
+	return delayed_work_pending(dw);
+}
+
+u64 ibext_shim_now_ms(void)
+{
+	return jiffies64_to_msecs(get_jiffies_64());
+}
+
 /* The same flags as ib_core's ib_comp_wq and ib_comp_unbound_wq. */
 struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound)
 {

@@ -64,6 +64,15 @@ void ibext_shim_init_work(struct work_struct *work, work_func_t func,
 			  const char *name, struct lock_class_key *key);
 bool ibext_shim_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
+/* Delayed work (INIT_DELAYED_WORK, delayed_work_pending and msecs_to_jiffies are macros). */
+void ibext_shim_init_delayed_work(struct delayed_work *dw, work_func_t func,
+				  const char *name, struct lock_class_key *key);
+bool ibext_shim_queue_delayed_work(struct delayed_work *dw, unsigned int ms);
+bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw);
+bool ibext_shim_delayed_work_pending(struct delayed_work *dw);
+bool ibext_shim_flush_delayed_work(struct delayed_work *dw);
+/* A monotonic clock in milliseconds, jiffies-coarse (for aging, not for measuring). */
+u64 ibext_shim_now_ms(void);
 
 /* GID index: static inlines and macros of ib_verbs.h, per-CPU counters. */
 bool ibext_shim_port_valid(struct ib_device *dev, u32 port);
@@ -121,6 +130,9 @@ unsigned int ibext_test_set_fail_nth(unsigned int n);
 void ibext_test_text_range(unsigned long *start, unsigned long *end);
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
+void ibext_test_upstream_pool_resident(struct ib_device *dev,
+				       enum ib_poll_context ctx, u32 *cqs,
+				       u64 *cqe);
 #endif
 
 #endif /* IBEXT_SHIM_H */

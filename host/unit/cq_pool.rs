@@ -3,11 +3,18 @@
 use super::Rng;
 use crate::policy::cq_pool::*;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct FakeCq {
     vector: u32,
     capacity: u32,
     used: u32,
+    idle_since: u64,
+}
+
+impl AgingSlot for FakeCq {
+    fn idle_since_ms(&self) -> u64 {
+        self.idle_since
+    }
 }
 
 impl Slot for FakeCq {
@@ -59,7 +66,7 @@ impl Pool {
                     self.cqs.push(FakeCq {
                         vector,
                         capacity: size,
-                        used: 0,
+                        ..Default::default()
                     });
                 }
                 pick_least_used(&self.cqs, v, nr).expect("a fresh set always fits a valid request")
@@ -159,16 +166,19 @@ fn ties_go_to_the_oldest_cq() {
             vector: 0,
             capacity: 10,
             used: 3,
+            ..Default::default()
         },
         FakeCq {
             vector: 1,
             capacity: 10,
             used: 0,
+            ..Default::default()
         },
         FakeCq {
             vector: 0,
             capacity: 10,
             used: 3,
+            ..Default::default()
         },
     ];
     assert_eq!(pick_least_used(&cqs, 0, 1), Some(0));
@@ -242,5 +252,115 @@ fn randomized_against_reference_model() {
         assert!(p.cqs.iter().all(|c| c.used == 0), "seed {seed}: all back");
         // Growth only when nothing fitted: never more than one set per request that missed.
         assert_eq!(p.cqs.len() % usable as usize, 0);
+    }
+}
+
+fn cq(vector: u32, used: u32, idle_since: u64) -> FakeCq {
+    FakeCq {
+        vector,
+        capacity: 100,
+        used,
+        idle_since,
+    }
+}
+
+fn aged(cqs: &[FakeCq], now: u64) -> (Vec<usize>, Option<u64>) {
+    let mut out = Vec::new();
+    let next = age_pass(cqs.iter(), now, |i| out.push(i));
+    (out, next)
+}
+
+#[test]
+fn aging_keeps_the_oldest_cq_of_each_vector() {
+    let t = AGE_MS;
+    let cqs = [
+        cq(0, 0, 0),
+        cq(1, 0, 0),
+        cq(0, 0, 0),
+        cq(1, 0, 0),
+        cq(0, 0, 0),
+    ];
+    // All idle for a whole period: everything but the first of each vector goes.
+    assert_eq!(aged(&cqs, t), (vec![2, 3, 4], None));
+    // Not yet a period: nothing goes, the next pass is due when the first would.
+    assert_eq!(aged(&cqs, t - 10), (vec![], Some(10)));
+}
+
+#[test]
+fn aging_never_takes_a_busy_cq_and_a_busy_floor_counts() {
+    let t = 10 * AGE_MS;
+    // The floor of vector 0 is busy: the idle one after it may go; the busy one after never.
+    let cqs = [cq(0, 5, 0), cq(0, 0, 0), cq(0, 1, 0)];
+    assert_eq!(aged(&cqs, t).0, vec![1]);
+}
+
+#[test]
+fn aging_skips_destroyed_slots_and_waits_for_the_youngest() {
+    let t = AGE_MS;
+    // A destroyed slot (capacity 0) is no floor: the next live CQ of its vector is.
+    let mut dead = cq(0, 0, 0);
+    dead.capacity = 0;
+    let cqs = [dead, cq(0, 0, 0), cq(0, 0, 500), cq(0, 0, 200)];
+    assert_eq!(aged(&cqs, t), (vec![], Some(200)));
+    assert_eq!(aged(&cqs, t + 200), (vec![3], Some(300)));
+    assert_eq!(aged(&cqs, t + 500).0, vec![2, 3]);
+}
+
+#[test]
+fn aging_randomized_keeps_a_floor_per_vector() {
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        let n = rng.below(20) as usize;
+        let cqs: Vec<FakeCq> = (0..n)
+            .map(|_| {
+                let mut c = cq(
+                    rng.below(4) as u32,
+                    if rng.below(3) == 0 { 1 } else { 0 },
+                    rng.below(2 * AGE_MS),
+                );
+                if rng.below(6) == 0 {
+                    c.capacity = 0;
+                }
+                c
+            })
+            .collect();
+        // The clock is monotonic: every CQ became idle before now.
+        let now = 2 * AGE_MS + rng.below(AGE_MS);
+        let (out, next) = aged(&cqs, now);
+        let mut left = cqs.clone();
+        for &i in &out {
+            let c = &cqs[i];
+            assert!(c.capacity > 0 && c.used == 0, "seed {seed}: took {c:?}");
+            assert!(
+                now.saturating_sub(c.idle_since) >= AGE_MS,
+                "seed {seed}: too young"
+            );
+            left[i].capacity = 0;
+        }
+        for v in 0..4 {
+            let before = cqs
+                .iter()
+                .filter(|c| c.capacity > 0 && c.vector == v)
+                .count();
+            let after = left
+                .iter()
+                .filter(|c| c.capacity > 0 && c.vector == v)
+                .count();
+            assert_eq!(
+                after == 0,
+                before == 0,
+                "seed {seed}: vector {v} lost its floor"
+            );
+        }
+        // Whatever is due later is reported, and nothing due now is left behind.
+        let (again, _) = aged(&left, now);
+        assert!(again.is_empty(), "seed {seed}: a second pass found more");
+        if let Some(d) = next {
+            assert!(d > 0 && d <= AGE_MS);
+            assert!(
+                !aged(&left, now + d).0.is_empty(),
+                "seed {seed}: nothing due at +{d}"
+            );
+        }
     }
 }

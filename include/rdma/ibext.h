@@ -51,15 +51,22 @@ struct ibext_cq_attr {
  * @nr_cqe: the number of completion entries the caller needs (its QP's
  *	send or receive queue depth), between 1 and the device's max_cqe
  * @comp_vector_hint: completion vector to use; it maps to
- *	hint % min(num_comp_vectors, num_online_cpus()).  A negative hint
- *	takes the device's next vector round-robin.
+ *	hint % min(num_comp_vectors, num_online_cpus()), the CPUs online at the
+ *	time of the call.  A negative hint takes the device's next vector
+ *	round-robin, over the same count.
  * @poll_ctx: IB_POLL_SOFTIRQ, IB_POLL_WORKQUEUE or IB_POLL_UNBOUND_WORKQUEUE;
  *	each context has its own CQs.  IB_POLL_DIRECT cannot be pooled.
  *
  * A drop-in for ib_cq_pool_get().  Among the CQs on the chosen vector with
  * room for @nr_cqe, the one with the fewest entries in use is taken.  When
  * none has room, the pool grows by one CQ per usable vector, each of
- * min(max_cqe, max(@nr_cqe, 4096)) entries.
+ * min(max_cqe, max(@nr_cqe, 4096)) entries.  A CQ whose entries have all
+ * been put back for 60 s is destroyed, except the oldest CQ of each vector
+ * of each pool (poll context and moderation), so that the pool shrinks back
+ * to one CQ per vector it has served after a burst of connections.  A CQ
+ * with entries in use is never destroyed by aging.  A CQ made on a vector
+ * that is beyond the usable count after CPUs went offline keeps working for
+ * its holders.
  *
  * Work requests posted to QPs on the CQ must set wr_cqe; ibext's completion
  * engine calls wc->wr_cqe->done(cq, wc) once for every completion, in the

@@ -35,7 +35,7 @@ use kernel::ffi;
 
 /// Shared with `kernel::bindings`; the Kbuild's `ibext_bindgen_shared` blocklists them here.
 pub(crate) use kernel::bindings::{
-    dentry, lock_class_key, net_device, seq_file, work_struct, workqueue_struct,
+    delayed_work, dentry, lock_class_key, net_device, seq_file, work_struct, workqueue_struct,
 };
 
 type __kernel_size_t = usize;

@@ -19,6 +19,7 @@ pub(crate) mod polled_cq;
 pub(crate) mod srq;
 pub(crate) mod verbs;
 pub(crate) mod warn;
+pub(crate) mod work;
 
 /// A step of making an object that can fail; in the KUnit flavour a test can make it fail with
 /// `-ENOMEM` (`tests::hooks::FAIL_AT`). Always `Ok` in the product module.

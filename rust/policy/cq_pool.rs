@@ -78,6 +78,57 @@ pub(crate) fn pick_least_used<'a, S: Slot + 'a>(
     best.map(|(i, _)| i)
 }
 
+/// How long a pooled CQ stays with no entries in use before aging destroys it: 60 s, the age
+/// after which upstream's FRMR pools (7.1) free idle objects. Long enough that a ULP
+/// reconnecting its queues finds its CQs still there; short against the life of a device.
+pub(crate) const AGE_MS: u64 = 60_000;
+
+/// What aging needs to know of one pooled CQ beyond [`Slot`].
+pub(crate) trait AgingSlot: Slot {
+    /// When the CQ last became idle (its entries in use dropped to 0, or it was made), in
+    /// milliseconds of a monotonic clock.
+    fn idle_since_ms(&self) -> u64;
+}
+
+/// One aging pass over a pool's CQs at `now_ms`, in `slots` order (oldest first): calls
+/// `destroy(pos)` for every CQ to destroy, and returns the milliseconds until the next CQ that
+/// is idle but not old enough would age out (`None`: no such CQ, no pass needed).
+///
+/// A CQ ages out when it is live (`capacity() > 0`), has had no entries in use for
+/// [`AGE_MS`], and is not its vector's floor: the oldest live CQ on its vector, busy or idle,
+/// always stays, so that a get on a vector the pool has served finds a CQ without allocating.
+pub(crate) fn age_pass<'a, S, I>(
+    slots: I,
+    now_ms: u64,
+    mut destroy: impl FnMut(usize),
+) -> Option<u64>
+where
+    S: AgingSlot + 'a,
+    I: Iterator<Item = &'a S> + Clone,
+{
+    let mut next: Option<u64> = None;
+    for (pos, s) in slots.clone().enumerate() {
+        if s.capacity() == 0 || s.used() != 0 {
+            continue;
+        }
+        let floor = !slots
+            .clone()
+            .take(pos)
+            .any(|o| o.capacity() > 0 && o.vector() == s.vector());
+        if floor {
+            continue;
+        }
+        let idle = now_ms.saturating_sub(s.idle_since_ms());
+        if idle >= AGE_MS {
+            destroy(pos);
+        } else {
+            let left = AGE_MS - idle;
+            next = Some(next.map_or(left, |n| n.min(left)));
+        }
+    }
+    next
+}
+
 /// A put the pool must refuse: more entries than the CQ has in use, or none at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OverPut;

@@ -3,7 +3,7 @@
 //! Test-only hooks that product code calls through `ib::fault_point`, compiled into the KUnit
 //! flavour only.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 
 /// Fault injection: the `n`-th fault point reached after this is set fails with `-ENOMEM`
@@ -21,3 +21,23 @@ pub(crate) fn fault_point() -> Result {
     }
     Ok(())
 }
+
+/// Aging's clock, in the KUnit flavour: the real time plus this many milliseconds.
+///
+/// While it is `u64::MAX` (the default) the aging work does nothing when it runs: the other
+/// suites count pooled CQs, and a pass 60 s after some put must not change the count under
+/// them. `ibext_elastic` sets a shift to run the real work as if a period had passed, and
+/// calls the pass itself for the rest; the benchmarks set 0.
+pub(crate) static AGING_SHIFT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Returns the time aging's work runs at, or `None` while the tests hold it (see
+/// [`AGING_SHIFT_MS`]).
+pub(crate) fn aging_now(now_ms: u64) -> Option<u64> {
+    match AGING_SHIFT_MS.load(Ordering::Acquire) {
+        u64::MAX => None,
+        shift => Some(now_ms + shift),
+    }
+}
+
+/// Aging switched off, as before it existed: puts queue no pass (the benchmarks' baseline).
+pub(crate) static AGING_OFF: AtomicBool = AtomicBool::new(false);

@@ -257,6 +257,27 @@ void ibext_test_usleep(unsigned long min_us, unsigned long max_us)
 	usleep_range(min_us, max_us);
 }
 
+/*
+ * The CQs upstream's pool (ib_cq_pool_get, drivers/infiniband/core/cq.c) holds
+ * for poll context @ctx, and their entries: the list and lock that 6.12's
+ * ib_cq_pool_get and ib_cq_pool_cleanup walk.
+ */
+void ibext_test_upstream_pool_resident(struct ib_device *dev,
+				       enum ib_poll_context ctx, u32 *cqs,
+				       u64 *cqe)
+{
+	struct ib_cq *cq;
+
+	*cqs = 0;
+	*cqe = 0;
+	spin_lock_irq(&dev->cq_pools_lock);
+	list_for_each_entry(cq, &dev->cq_pools[ctx], pool_entry) {
+		(*cqs)++;
+		*cqe += cq->cqe;
+	}
+	spin_unlock_irq(&dev->cq_pools_lock);
+}
+
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth)
 {
 	struct subprocess_info *info;

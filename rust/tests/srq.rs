@@ -42,15 +42,23 @@ use core::{
 use kernel::{c_str, prelude::*};
 
 /// A PD, deallocated when dropped (ib_core warns if anything still uses it).
-struct Pd(NonNull<bindings::ib_pd>);
+pub(super) struct Pd(NonNull<bindings::ib_pd>);
 
 impl Pd {
-    fn new(dev: &Device) -> Result<Self> {
+    /// Allocates a PD on `dev`.
+    pub(super) fn new(dev: &Device) -> Result<Self> {
         // SAFETY: `dev` is registered.
         let pd = unsafe { bindings::ibext_test_alloc_pd(dev.as_raw()) };
         NonNull::new(kernel::error::from_err_ptr(pd)?)
             .map(Pd)
             .ok_or(ENOMEM)
+    }
+}
+
+impl Pd {
+    /// Returns the PD, for ib_core calls.
+    pub(super) fn as_raw(&self) -> *mut bindings::ib_pd {
+        self.0.as_ptr()
     }
 }
 
