@@ -33,7 +33,7 @@ METRICS = {
     "cqe_allocated", "max_profile", "deferred_polls", "mode_switches", "profile_changes",
     "defer_asked_us", "defer_waited_us", "ns_per_lookup", "lookups", "recv_bytes",
     "iops", "clat_p99_us", "events_per_io", "target_recv_bytes",
-    "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe",
+    "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -203,7 +203,7 @@ def print_medians(rows):
                  "cqe_allocated"])
     print_table([r for r in med if r.get("bench") == "srq"],
                 ["bench", "setup", "qps", "vectors", "entries", "buf_size", "reps",
-                 "recv_bytes", "ops_per_s"])
+                 "recv_bytes", "recv_bytes_end", "ops_per_s"])
     print_table([r for r in med if r.get("bench") == "gid"],
                 ["bench", "setup", "table", "position", "reps", "lookups", "ns_per_lookup"])
 

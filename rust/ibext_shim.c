@@ -210,6 +210,12 @@ bool ibext_shim_queue_delayed_work(struct delayed_work *dw, unsigned int ms)
 	return queue_delayed_work(system_unbound_wq, dw, msecs_to_jiffies(ms));
 }
 
+/* Queues, or moves a queued item to, @ms from now; any context. */
+bool ibext_shim_mod_delayed_work(struct delayed_work *dw, unsigned int ms)
+{
+	return mod_delayed_work(system_unbound_wq, dw, msecs_to_jiffies(ms));
+}
+
 bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw)
 {
 	return cancel_delayed_work_sync(dw);

@@ -71,6 +71,7 @@ bool ibext_shim_queue_delayed_work(struct delayed_work *dw, unsigned int ms);
 bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw);
 bool ibext_shim_delayed_work_pending(struct delayed_work *dw);
 bool ibext_shim_flush_delayed_work(struct delayed_work *dw);
+bool ibext_shim_mod_delayed_work(struct delayed_work *dw, unsigned int ms);
 /* A monotonic clock in milliseconds, jiffies-coarse (for aging, not for measuring). */
 u64 ibext_shim_now_ms(void);
 
@@ -130,6 +131,7 @@ unsigned int ibext_test_set_fail_nth(unsigned int n);
 void ibext_test_text_range(unsigned long *start, unsigned long *end);
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
+s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name);
 void ibext_test_upstream_pool_resident(struct ib_device *dev,
 				       enum ib_poll_context ctx, u32 *cqs,
 				       u64 *cqe);

@@ -39,8 +39,8 @@ use crate::{
     ib::{
         fault_point,
         srq::{
-            eopnotsupp, Pd, RecvAction, RecvData, RecvSrq, RecvSrqs, Srq, SrqAttr, SrqHandler,
-            SrqStat, UlpRecvDone, Wc,
+            eopnotsupp, Pd, Pressure, RecvAction, RecvData, RecvSrq, RecvSrqs, Srq, SrqAttr,
+            SrqHandler, SrqStat, UlpPressure, UlpRecvDone, Wc,
         },
     },
     ledger::{Kind, Token},
@@ -56,10 +56,11 @@ use kernel::{c_str, fmt, new_mutex, prelude::*, str::CString, sync::Arc, sync::M
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
-/// What each SRQ does with a completed managed receive (hand it to the ULP), and the ULP's
-/// context for the SRQ.
+/// What each SRQ does with a completed managed receive (hand it to the ULP) and with a change
+/// of pressure (tell the ULP), and the ULP's context for the SRQ.
 struct Slot {
     recv_done: Option<UlpRecvDone>,
+    pressure: Option<UlpPressure>,
     /// Set by the ULP (`ibext_srq_pool_set_srq_ctx`), never dereferenced by ibext.
     ctx: AtomicPtr<c_void>,
 }
@@ -69,6 +70,12 @@ impl SrqHandler for Slot {
         match &self.recv_done {
             Some(f) => f.call(srq, wc, &buf),
             None => RecvAction::Repost,
+        }
+    }
+
+    fn pressure(&self, srq: &Srq, what: Pressure, posted: u32) {
+        if let Some(f) = &self.pressure {
+            f.call(srq, what, posted);
         }
     }
 }
@@ -132,6 +139,7 @@ impl core::ops::Deref for SrqPool {
 pub(crate) struct CreateArgs {
     pub(crate) req: policy::Request,
     pub(crate) recv_done: Option<UlpRecvDone>,
+    pub(crate) pressure: Option<UlpPressure>,
 }
 
 impl SrqPool {
@@ -159,15 +167,17 @@ impl SrqPool {
         let counts = KVec::from_elem(0u32, n, GFP_KERNEL)?;
         fault_point()?;
         let attr = SrqAttr {
-            max_wr: plan.srq_size,
+            max_wr: plan.max_size,
             max_sge: plan.max_sge,
             limit: plan.limit,
             nr_bufs: if plan.buf_size > 0 { plan.srq_size } else { 0 },
             buf_size: plan.buf_size,
+            step: plan.step,
         };
         for _ in 0..n {
             let slot = Slot {
                 recv_done: args.recv_done.clone(),
+                pressure: args.pressure.clone(),
                 ctx: AtomicPtr::new(core::ptr::null_mut()),
             };
             // Within the capacity reserved above: no allocation. On error, `srqs` is dropped
@@ -252,11 +262,7 @@ impl Core {
     /// `wr_cqe` of its completion, and posts it again. A `cqe` that is not a kept buffer of
     /// this pool is a caller bug: warns once, `EINVAL`.
     pub(crate) fn repost(&self, cqe: *const c_void) -> Result {
-        let found = self
-            .srqs
-            .iter()
-            .find_map(|s| s.buf_index(cqe).map(|i| (s, i)));
-        let r = found.and_then(|(s, i)| s.repost(i));
+        let r = self.srqs.iter().find_map(|s| s.repost(cqe));
         if warn_on_once!(
             r.is_none(),
             "ibext_srq_pool_repost: not a kept buffer of this pool"
@@ -337,6 +343,32 @@ impl Core {
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn completions(&self) -> u64 {
         self.stat(SrqStat::Completions)
+    }
+
+    /// Returns the managed buffers SRQ `i` is meant to keep posted now (grown and shrunk).
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn target(&self, i: usize) -> Option<u32> {
+        self.srqs.get(i).map(RecvSrq::target)
+    }
+
+    /// Returns the limit armed on SRQ `i` now.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn armed_limit(&self, i: usize) -> Option<u32> {
+        self.srqs.get(i).map(RecvSrq::armed_limit)
+    }
+
+    /// Returns the growth steps taken and retired, over all SRQs.
+    #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
+    pub(crate) fn steps(&self) -> (u64, u64) {
+        (self.stat(SrqStat::Grown), self.stat(SrqStat::Shrunk))
+    }
+
+    /// Tests only: runs every SRQ's maintenance work now and waits for it.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_run_maintenance(&self) {
+        for s in self.srqs.iter() {
+            s.test_run_maintenance();
+        }
     }
 
     /// Returns the plan the pool was made by.
@@ -424,8 +456,8 @@ impl Show for Core {
         let p = self.plan;
         writeln!(
             m,
-            "srqs {} srq_size {} max_sge {} buf_size {} limit {}",
-            p.nr_srqs, p.srq_size, p.max_sge, p.buf_size, p.limit
+            "srqs {} srq_size {} max_srq_size {} step {} max_sge {} buf_size {} limit {}",
+            p.nr_srqs, p.srq_size, p.max_size, p.step, p.max_sge, p.buf_size, p.limit
         )?;
         writeln!(
             m,
@@ -439,10 +471,12 @@ impl Show for Core {
         for (i, s) in self.srqs.iter().enumerate() {
             write!(
                 m,
-                "srq {} refs {} posted {} ",
+                "srq {} refs {} size {} posted {} limit {} ",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
+                s.target(),
                 s.posted(),
+                s.armed_limit(),
             )?;
             s.stats().write(m)?;
             writeln!(m)?;

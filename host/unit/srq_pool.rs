@@ -17,6 +17,7 @@ fn req(nr_srqs: u32, srq_size: u32, buf_size: u32) -> Request {
         max_sge: 1,
         buf_size,
         has_recv_done: buf_size > 0,
+        max_srq_size: 0,
     }
 }
 
@@ -153,4 +154,61 @@ fn managed_buffers_are_capped_after_clamping() {
     assert_eq!(plan(&req(1, fits + 1, 4096), &RXE), Err(Refusal::Invalid));
     // Without managed buffers nothing is allocated per entry: no cap.
     assert!(plan(&req(0, 1 << 30, 0), &RXE).is_ok());
+}
+
+#[test]
+fn managed_pools_grow_to_four_times_in_steps_of_srq_size() {
+    let p = plan(&req(2, 256, 4096), &RXE).unwrap();
+    assert_eq!((p.max_size, p.step, p.limit), (1024, 256, 64));
+    assert_eq!(next_step(p.step, p.max_size, 256), Some(256));
+    assert_eq!(next_step(p.step, p.max_size, 900), Some(124));
+    assert_eq!(next_step(p.step, p.max_size, 1024), None);
+    // Without managed buffers the ULP posts: no room unless asked, no steps.
+    let p = plan(&req(2, 256, 0), &RXE).unwrap();
+    assert_eq!((p.max_size, p.step), (256, 0));
+    assert_eq!(next_step(p.step, p.max_size, 256), None);
+}
+
+#[test]
+fn max_srq_size_is_checked_clamped_and_bounded_by_bytes() {
+    let with = |max: u32, buf: u32| Request {
+        max_srq_size: max,
+        ..req(1, 64, buf)
+    };
+    assert_eq!(plan(&with(63, 4096), &RXE), Err(Refusal::Invalid));
+    assert_eq!(plan(&with(63, 0), &RXE), Err(Refusal::Invalid));
+    assert_eq!(
+        plan(&with(64, 4096), &RXE).unwrap().step,
+        0,
+        "no room: no growth"
+    );
+    let p = plan(&with(u32::MAX, 0), &RXE).unwrap();
+    assert_eq!(p.max_size, RXE.max_srq_wr, "clamped as srq_size is");
+    // Managed buffers: an explicit cap over the byte limit is refused, the default is cut.
+    assert_eq!(plan(&with(u32::MAX, 65536), &RXE), Err(Refusal::Invalid));
+    let big = Request {
+        srq_size: 3000,
+        ..req(1, 3000, 65536)
+    };
+    let p = plan(&big, &RXE).unwrap();
+    assert!(p.max_size >= 3000 && p.max_size < 4 * 3000);
+    let bytes = u64::from(p.max_size) * (65536 + BUF_OVERHEAD);
+    assert!(bytes <= MAX_POOL_BYTES);
+    // Many steps to a far cap: never more than MAX_STEPS.
+    let p = plan(&with(64 * 100, 64), &RXE).unwrap();
+    let mut held = 64;
+    let mut steps = 0;
+    while let Some(n) = next_step(p.step, p.max_size, held) {
+        held += n;
+        steps += 1;
+    }
+    assert_eq!(held, 6400);
+    assert!(steps <= MAX_STEPS, "{steps} steps");
+}
+
+#[test]
+fn limit_is_a_quarter_of_what_is_posted() {
+    assert_eq!(limit_for(3), 0);
+    assert_eq!(limit_for(4), 1);
+    assert_eq!(limit_for(1024), 256);
 }

@@ -226,6 +226,21 @@ enum ibext_recv_action {
 };
 
 /**
+ * enum ibext_srq_pressure - what ibext tells a ULP about an SRQ's receives
+ * @IBEXT_SRQ_LOW: the SRQ's limit was reached and the ULP posts its own
+ *	receives: it may post more, up to @posted (the SRQ's max_srq_size)
+ * @IBEXT_SRQ_GROWN: ibext posted a step of managed buffers more; @posted is
+ *	the number it now keeps posted
+ * @IBEXT_SRQ_SHRUNK: no limit event for 60 s: ibext gives a step of managed
+ *	buffers back as they return; @posted is the number it now keeps posted
+ */
+enum ibext_srq_pressure {
+	IBEXT_SRQ_LOW,
+	IBEXT_SRQ_GROWN,
+	IBEXT_SRQ_SHRUNK,
+};
+
+/**
  * struct ibext_srq_pool_attr - what ibext_srq_pool_create() is asked for
  * @nr_srqs: SRQs in the pool; 0: one per completion vector in use
  *	(min(num_comp_vectors, num_online_cpus())), capped by max_srq
@@ -242,7 +257,15 @@ enum ibext_recv_action {
  *	buffers. A receive that completes in error is not handed to the ULP:
  *	its buffer is posted again, also when a QP's move to the error state
  *	flushed it (IB_WC_WR_FLUSH_ERR), so that no buffer is lost to the pool
- * @ctx: handed to @recv_done unchanged
+ * @ctx: handed to @recv_done and @pressure unchanged
+ * @max_srq_size: the most receives each SRQ may hold; each SRQ is made with
+ *	room for this many.  0: with managed buffers, 4 * @srq_size (clamped to
+ *	max_srq_wr, and cut so that the pool's buffers stay within 256 MiB);
+ *	without, @srq_size.  Below @srq_size (and not 0): -EINVAL; above
+ *	max_srq_wr: clamped; with managed buffers, over 256 MiB in all: -EINVAL
+ * @pressure: optional; called in process context (never from @recv_done's
+ *	context), with the SRQ, what changed (enum ibext_srq_pressure), a count
+ *	and @ctx.  Must not destroy the pool.
  */
 struct ibext_srq_pool_attr {
 	unsigned int nr_srqs;
@@ -253,6 +276,9 @@ struct ibext_srq_pool_attr {
 					    struct ib_wc *wc, void *buf,
 					    void *ctx);
 	void *ctx;
+	unsigned int max_srq_size;
+	void (*pressure)(struct ib_srq *srq, enum ibext_srq_pressure what,
+			 unsigned int posted, void *ctx);
 };
 
 struct ibext_srq_pool;
@@ -265,6 +291,13 @@ struct ibext_srq_pool;
  * Each SRQ's limit is armed at a quarter of @attr->srq_size (none below 4
  * entries) and IB_EVENT_SRQ_LIMIT_REACHED is counted and re-armed, so that
  * the risk of running out of receives shows in debugfs.  With managed
+ * buffers, each limit event also grows that SRQ by a step of buffers (at
+ * least @attr->srq_size, at most 8 steps to the cap), up to
+ * @attr->max_srq_size, and re-arms the limit at a quarter of what is posted
+ * then; after 60 s without a limit event the newest step is retired, its
+ * buffers freed as they come back (a buffer still posted comes back only
+ * when a message consumes it).  Without managed buffers, a limit event calls
+ * @attr->pressure with IBEXT_SRQ_LOW and the ULP decides.  With managed
  * buffers, receive completions arrive through the receive CQ of each QP
  * using the pool (a CQ from ibext_cq_pool_get() composes), whose poller
  * calls ibext's handler, which calls @attr->recv_done and reposts.

@@ -16,7 +16,7 @@ use crate::{
     ib::{
         cq::{CqPtr, UlpCq},
         gid::{GidAttr, NdevPtr},
-        srq::{Pd, UlpRecvDone},
+        srq::{Pd, UlpPressure, UlpRecvDone},
         Device,
     },
     legacy_dim, policy,
@@ -218,10 +218,14 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_create(
             max_sge: a.max_sge,
             buf_size: a.buf_size,
             has_recv_done: a.recv_done.is_some(),
+            max_srq_size: a.max_srq_size,
         },
         // SAFETY: The C contract: the callback may be called with the pool's SRQs, their
         // completions and buffers and `ctx` until the pool is destroyed.
         recv_done: a.recv_done.map(|f| unsafe { UlpRecvDone::new(f, a.ctx) }),
+        // SAFETY: The C contract: the callback may be called in process context with the
+        // pool's SRQs and `ctx` until the pool is destroyed.
+        pressure: a.pressure.map(|f| unsafe { UlpPressure::new(f, a.ctx) }),
     };
     // SAFETY: `pd` is live and outlives the pool (the C contract).
     let pd = unsafe { Pd::from_raw(pd.as_ptr()) };

@@ -1,42 +1,67 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! SRQs as ibext makes them: [`RecvSrq`], a shared receive queue with receive buffers that
-//! ibext maps, posts and posts again itself, and re-arms its limit. The views it works with
-//! ([`Pd`], [`Srq`], [`Wc`], [`UlpRecvDone`]) are in `verbs.rs`.
+//! ibext maps, posts and posts again itself, re-arms its limit, and grows and shrinks under
+//! pressure. The views it works with ([`Pd`], [`Srq`], [`Wc`], [`UlpRecvDone`]) are in
+//! `verbs.rs`.
 //!
-//! About 600 lines: one pinned object, its three C callbacks (receive, event, limit work) and
-//! its teardown are one lifetime argument, kept in one file.
+//! About 930 lines: one pinned object, its three C callbacks (receive, event, maintenance
+//! work), its growth steps and its teardown are one lifetime argument, kept in one file.
+//!
+//! # Growth
+//!
+//! The SRQ is made with room for its cap (`SrqAttr::max_wr`) and `nr_bufs` buffers posted. A
+//! limit event queues the maintenance work, which adds a step of buffers ([`Chunk`], one
+//! allocation, published in `chunks`) and re-arms the limit at a quarter of what is now meant to
+//! be posted. Once no limit event has come for an aging period (60 s), the newest step retires:
+//! its buffers are not posted again as they come back from the ULP, and the step is freed when
+//! the last is back (`Chunk::live` reaches zero: the last handler to let go queues the work,
+//! which unpublishes the step, waits for an RCU grace period, and frees it). A retiring step's
+//! buffers still posted come back only as messages consume them.
+//!
+//! `chunks` is written only by the work, under `phase`; it is read under RCU (finding a kept
+//! buffer, the counts) or by a handler through its own buffer's `chunk`, which the step
+//! outlives while the buffer is live.
 //!
 //! # Lifetime of a [`RecvSrq`]
 //!
 //! Everything the SRQ's callbacks reach lives in one pinned allocation, built completely (its
 //! buffers mapped, its work item initialized) before the SRQ is made, and never written through
-//! `&mut` afterwards. Dropping it, in this order: marks it dead under `phase` (the limit work
-//! then leaves the SRQ alone), destroys the SRQ (`ib_destroy_srq_user`: no receive is consumed
-//! and no event raised after it returns), waits for every `done` handler that ibext's engine is
-//! running in any poll context ([`wait_for_dispatch`]: an SRCU grace period for workqueue
-//! handlers, which may sleep, and an RCU one for softirq handlers), cancels the limit work,
-//! and unmaps and frees the buffers. An SRQ that cannot be destroyed keeps its buffers: they
+//! `&mut` afterwards (growth steps are separate allocations, see "Growth"). Dropping it, in this
+//! order: marks it dead under `phase` (the maintenance work then leaves the SRQ alone),
+//! destroys the SRQ (`ib_destroy_srq_user`: no receive is consumed and no event raised after it
+//! returns), waits for every `done` handler that ibext's engine is running in any poll context
+//! ([`wait_for_dispatch`]: an SRCU grace period for workqueue handlers, which may sleep, and an
+//! RCU one for softirq handlers), cancels the maintenance work, and unmaps and frees the
+//! buffers, the growth steps' too. An SRQ that cannot be destroyed keeps its buffers: they
 //! are leaked, never freed under a live SRQ.
 //!
 //! Completions of the SRQ's receives must not be polled after the SRQ is gone: the ULP drains
 //! and destroys its QPs first (`ib_drain_qp`, then `ib_destroy_qp`), as it must for any SRQ.
 //!
-//! Lock order: `Inner::phase` is a leaf, taken in process context only (the limit work, drop).
+//! Lock order: `Inner::phase` is a leaf, taken in process context only (the maintenance work,
+//! drop).
 
 use crate::{
     bindings,
-    ib::{cq::wait_for_dispatch, fault_point, gid::PerCpuCounters, init_work, Device, DeviceRef},
+    ib::{
+        cq::wait_for_dispatch, fault_point, gid::PerCpuCounters, work::now_ms, Device, DeviceRef,
+        LockClass, RcuGuard,
+    },
+    policy::{
+        cq_pool::AGE_MS,
+        srq_pool::{limit_for, next_step, MAX_STEPS},
+    },
     stats::{stat_enum, Values},
     warn::warn_on_once,
 };
 
-pub(crate) use crate::ib::verbs::{eopnotsupp, Pd, Srq, UlpRecvDone, Wc};
+pub(crate) use crate::ib::verbs::{eopnotsupp, Pd, Srq, UlpPressure, UlpRecvDone, Wc};
 use core::{
     ffi::c_void,
     marker::PhantomData,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
@@ -46,7 +71,8 @@ stat_enum! {
     pub(crate) enum SrqStat {
         /// Receives completed successfully and handed to the handler.
         Completions => "completions",
-        /// Receives completed in error, events other than the limit, and failed limit re-arms.
+        /// Receives completed in error, events other than the limit, failed limit re-arms,
+        /// failed growth steps, and growth buffers whose repost failed (let go).
         Errors => "errors",
         /// Receives flushed by a QP's error, their buffers posted again.
         Flushed => "flushed",
@@ -58,7 +84,23 @@ stat_enum! {
         Kept => "kept",
         /// Kept buffers given back ([`RecvSrq::repost`]).
         Returned => "returned",
+        /// Growth steps taken on limit events.
+        Grown => "grown",
+        /// Growth steps retired once the pressure was gone.
+        Shrunk => "shrunk",
     }
+}
+
+/// What changed about an SRQ's receives, for [`SrqHandler::pressure`]
+/// (`enum ibext_srq_pressure`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pressure {
+    /// The limit was reached on an SRQ whose receives the owner posts: it may post more.
+    Low,
+    /// ibext posted a step of managed buffers more.
+    Grown,
+    /// The pressure is gone: ibext gives a step of managed buffers back as they return.
+    Shrunk,
 }
 
 /// What [`SrqHandler::recv_done`] does with the buffer (`enum ibext_recv_action`).
@@ -73,7 +115,7 @@ pub(crate) enum RecvAction {
 /// What a [`RecvSrq`] is made with.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SrqAttr {
-    /// `max_wr` of the SRQ.
+    /// `max_wr` of the SRQ: with managed buffers, the most it grows to.
     pub(crate) max_wr: u32,
     /// `max_sge` of the SRQ.
     pub(crate) max_sge: u32,
@@ -83,6 +125,8 @@ pub(crate) struct SrqAttr {
     pub(crate) nr_bufs: u32,
     /// The size of each managed buffer.
     pub(crate) buf_size: u32,
+    /// Managed buffers added by one growth step; 0: no growth.
+    pub(crate) step: u32,
 }
 
 /// What a [`RecvSrq`]'s owner does with its completed receives.
@@ -90,6 +134,11 @@ pub(crate) trait SrqHandler: Send + Sync + Sized {
     /// Handles a receive that completed successfully, in the poll context of the QP's CQ. The
     /// buffer is synced for the CPU; it is posted again when this returns, unless kept.
     fn recv_done(&self, srq: &Srq, wc: &Wc, buf: RecvData<'_>) -> RecvAction;
+
+    /// Told, in process context, that the SRQ's receives changed or must: `posted` is what
+    /// ibext now means to keep posted ([`Pressure::Grown`], [`Pressure::Shrunk`]) or the most
+    /// the SRQ holds ([`Pressure::Low`]).
+    fn pressure(&self, _srq: &Srq, _what: Pressure, _posted: u32) {}
 }
 
 /// The received bytes of a managed buffer, lent to [`SrqHandler::recv_done`].
@@ -111,7 +160,8 @@ impl RecvData<'_> {
 ///
 /// `cqe.done` is [`recv_buf_done`] for the `H` of the [`Inner`] that `owner` points to, which
 /// holds this buffer; `dma` is 0 or the mapping of `data` (`data.len()` bytes, from the device)
-/// on `dev`, undone by drop; `ptr` is `data`'s address.
+/// on `dev`, undone by drop; `ptr` is `data`'s address. `chunk` is null for the buffers made
+/// with the SRQ, or the growth step that holds this buffer, alive while the buffer is live.
 #[repr(C)]
 struct RecvBuf {
     cqe: Opaque<bindings::ib_cqe>,
@@ -120,6 +170,7 @@ struct RecvBuf {
     dma: u64,
     dev: *mut bindings::ib_device,
     owner: *const c_void,
+    chunk: *const Chunk,
     /// Kept by the owner's handler, not posted.
     kept: AtomicBool,
 }
@@ -139,6 +190,26 @@ impl Drop for RecvBuf {
             };
         }
     }
+}
+
+impl RecvBuf {
+    /// Returns the growth step holding this buffer, if any.
+    fn chunk(&self) -> Option<&Chunk> {
+        // SAFETY: Null or a step alive while this buffer is live (type invariant).
+        unsafe { self.chunk.as_ref() }
+    }
+}
+
+/// One growth step: buffers added on a limit event, in one allocation.
+///
+/// # Invariants
+///
+/// `live` counts the buffers not yet given back for good (posted, in a handler, or kept);
+/// once `retiring` is set it only falls, and the step is freed when it reaches zero.
+struct Chunk {
+    bufs: KVVec<RecvBuf>,
+    live: AtomicU32,
+    retiring: AtomicBool,
 }
 
 /// Where a [`RecvSrq`] is in its teardown.
@@ -163,23 +234,35 @@ struct Inner<H: SrqHandler> {
     handler: H,
     stats: PerCpuCounters<{ SrqStat::COUNT }>,
     lkey: u32,
-    limit: u32,
+    /// The limit armed now (a quarter of `target`).
+    limit: AtomicU32,
     limit_hit: AtomicBool,
+    /// Managed buffers meant to be posted: those made with the SRQ plus the steps not retiring.
+    target: AtomicU32,
+    /// When the last limit event came ([`now_ms`]).
+    last_pressure_ms: AtomicU64,
+    /// `SrqAttr::step`, `SrqAttr::max_wr` and `SrqAttr::buf_size`.
+    step: u32,
+    max_wr: u32,
+    buf_size: u32,
+    /// Growth steps, published and unpublished by the maintenance work under `phase`.
+    chunks: [AtomicPtr<Chunk>; MAX_STEPS as usize],
     /// Whether handlers were waited for after the SRQ was destroyed.
     waited: AtomicBool,
     #[pin]
     phase: Mutex<Phase>,
+    /// Growth, shrinking, the freeing of retired steps, and the limit's re-arming.
     #[pin]
-    rearm: Opaque<bindings::work_struct>,
-    /// Declared before `_dev`: buffers are unmapped before the device reference is dropped.
+    maint: Opaque<bindings::delayed_work>,
+    /// Declared before `dev`: buffers are unmapped before the device reference is dropped.
     bufs: KVVec<RecvBuf>,
     raw: NonNull<bindings::ib_srq>,
-    _dev: DeviceRef,
+    dev: DeviceRef,
 }
 
 // SAFETY: `raw` is an ib_core object usable from any thread; the rest is atomics, per-CPU
-// counters, the mutex, and `bufs`, which the CPU reads only inside the handler of a completed
-// (unposted) buffer.
+// counters, the mutex, and `bufs` and the steps' buffers, which the CPU reads only inside the
+// handler of a completed (unposted) buffer.
 unsafe impl<H: SrqHandler> Send for Inner<H> {}
 // SAFETY: As for `Send`.
 unsafe impl<H: SrqHandler> Sync for Inner<H> {}
@@ -202,21 +285,34 @@ impl<H: SrqHandler> RecvSrq<H> {
         let dev_ref = DeviceRef::try_get(dev).ok_or(ENODEV)?;
         let stats = PerCpuCounters::new()?;
         let mut bufs: KVVec<RecvBuf> = KVVec::with_capacity(attr.nr_bufs as usize, GFP_KERNEL)?;
+        static MAINT: LockClass = LockClass::new();
         let inner = KBox::try_pin_init(
             try_pin_init!(&this in Inner {
                 handler,
                 stats,
                 lkey: pd.local_dma_lkey(),
-                limit: attr.limit,
+                limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
+                target: AtomicU32::new(attr.nr_bufs),
+                last_pressure_ms: AtomicU64::new(now_ms()),
+                step: attr.step,
+                max_wr: attr.max_wr,
+                buf_size: attr.buf_size,
+                chunks: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
                 waited: AtomicBool::new(false),
                 phase <- new_mutex!(Phase::Live, "RecvSrq::phase"),
-                // SAFETY: Only initializes the memory it is given.
-                rearm <- Opaque::ffi_init(|w| unsafe {
-                    init_work!(w, rearm_work::<H>, "ibext_srq_rearm")
+                // SAFETY: Only initializes the memory it is given; the key is a static.
+                maint <- Opaque::ffi_init(|w| unsafe {
+                    bindings::ibext_shim_init_delayed_work(
+                        w,
+                        Some(maint_work::<H>),
+                        c"ibext_srq_maint".as_ptr().cast(),
+                        MAINT.as_ptr(),
+                    )
                 }),
                 bufs: {
-                    fill_bufs::<H>(&mut bufs, dev, attr, this.as_ptr().cast_const().cast())?;
+                    let owner = this.as_ptr().cast_const().cast();
+                    fill_bufs::<H>(&mut bufs, dev, attr.nr_bufs, attr.buf_size, owner, core::ptr::null())?;
                     bufs
                 },
                 raw: {
@@ -236,7 +332,7 @@ impl<H: SrqHandler> RecvSrq<H> {
                     };
                     NonNull::new(from_err_ptr(made)?).ok_or(ENOMEM)?
                 },
-                _dev: dev_ref,
+                dev: dev_ref,
             }),
             GFP_KERNEL,
         )?;
@@ -249,7 +345,7 @@ impl<H: SrqHandler> RecvSrq<H> {
             // Armed again now that receives are posted: mlx4 and mlx5 ignore `srq_limit` at
             // create (mlx5/srq.c, mlx4/srq.c), only `modify_srq` with `IB_SRQ_LIMIT` arms it.
             // A device without `modify_srq` keeps what create armed.
-            match inner.arm_limit() {
+            match inner.arm_limit(attr.limit) {
                 Err(e) if e != eopnotsupp() => return Err(e),
                 _ => {}
             }
@@ -278,10 +374,32 @@ impl<H: SrqHandler> RecvSrq<H> {
         Values::read(|s| self.stat(s))
     }
 
-    /// Returns the managed buffers posted, or inside the handler on their way back.
+    /// Returns the managed buffers posted, or inside the handler on their way back (a flushed
+    /// receive is posted again, so it stays counted).
     pub(crate) fn posted(&self) -> u64 {
-        let lost = self.stat(SrqStat::Flushed) + self.stat(SrqStat::RepostFailures);
-        (self.0.bufs.len() as u64).saturating_sub(lost + self.kept())
+        let base = (self.0.bufs.len() as u64).saturating_sub(self.stat(SrqStat::RepostFailures));
+        let steps = self
+            .0
+            .with_chunks(|c| u64::from(c.live.load(Ordering::Acquire)));
+        (base + steps).saturating_sub(self.kept())
+    }
+
+    /// Returns the managed buffers ibext means to keep posted (grown and shrunk).
+    pub(crate) fn target(&self) -> u32 {
+        self.0.target.load(Ordering::Acquire)
+    }
+
+    /// Returns the limit armed now.
+    pub(crate) fn armed_limit(&self) -> u32 {
+        self.0.limit.load(Ordering::Acquire)
+    }
+
+    /// Tests only: runs the maintenance work now and waits for it to finish.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_run_maintenance(&self) {
+        self.0.kick(0);
+        // SAFETY: Initialized in `new`.
+        unsafe { bindings::ibext_shim_flush_delayed_work(self.0.maint.get()) };
     }
 
     /// Returns the buffers the handler kept and has not given back.
@@ -290,36 +408,28 @@ impl<H: SrqHandler> RecvSrq<H> {
             .saturating_sub(self.stat(SrqStat::Returned))
     }
 
-    /// Returns the index of the buffer whose `ib_cqe` is at `cqe`, if it is one of this SRQ's
-    /// (found by address only: `cqe` is never read).
-    pub(crate) fn buf_index(&self, cqe: *const c_void) -> Option<usize> {
-        let base = self.0.bufs.as_ptr() as usize;
-        let size = core::mem::size_of::<RecvBuf>();
-        let off = (cqe as usize).checked_sub(base)?;
-        let i = off / size;
-        (off % size == 0 && i < self.0.bufs.len()).then_some(i)
-    }
-
-    /// Gives back kept buffer `i` (see [`RecvSrq::buf_index`]) and posts it: the result of the
-    /// post, or `None` if the buffer is not kept (never kept, or given back twice).
-    pub(crate) fn repost(&self, i: usize) -> Option<Result> {
-        let b = self.0.bufs.get(i)?;
+    /// Gives back the kept buffer whose `ib_cqe` is at `cqe` and posts it (or, for a retiring
+    /// step, lets it go): the result of the post, or `None` if `cqe` is not a kept buffer of
+    /// this SRQ (never kept, given back twice, or another SRQ's).
+    pub(crate) fn repost(&self, cqe: *const c_void) -> Option<Result> {
+        let _rcu = RcuGuard::new();
+        let b = self.0.find_buf(cqe)?;
         if !b.kept.swap(false, Ordering::AcqRel) {
             return None;
         }
         self.0.stats.inc(SrqStat::Returned as usize);
+        if self.0.retire_if_retiring(b) {
+            return Some(Ok(()));
+        }
         // SAFETY: Mapped for its length (invariant of `RecvBuf`); the owner is done with it.
         unsafe { bindings::ibext_shim_dma_sync_for_device(b.dev, b.dma, b.data.len()) };
-        let r = self.0.post(b);
-        if r.is_err() {
-            self.0.stats.inc(SrqStat::RepostFailures as usize);
-        }
-        Some(r)
+        Some(self.0.post_again(b))
     }
 
-    /// Returns the bytes of receive buffer memory held.
+    /// Returns the bytes of receive buffer memory held, the growth steps' included.
     pub(crate) fn buffer_bytes(&self) -> u64 {
-        self.0.bufs.iter().map(|b| b.data.capacity() as u64).sum()
+        let bytes = |bufs: &[RecvBuf]| bufs.iter().map(|b| b.data.capacity() as u64).sum::<u64>();
+        bytes(&self.0.bufs) + self.0.with_chunks(|c| bytes(&c.bufs))
     }
 }
 
@@ -370,10 +480,44 @@ impl<H: SrqHandler> Inner<H> {
         unsafe { &*self.raw.as_ptr().cast::<Srq>() }
     }
 
+    /// Returns the sum of `f` over the published growth steps, read under RCU.
+    fn with_chunks(&self, f: impl Fn(&Chunk) -> u64) -> u64 {
+        let _rcu = RcuGuard::new();
+        self.chunks
+            .iter()
+            .map(|c| {
+                // SAFETY: A published step is freed only after it is unpublished and an RCU
+                // grace period has passed (`free_retired`); we are inside a read-side section.
+                unsafe { c.load(Ordering::Acquire).as_ref() }.map_or(0, &f)
+            })
+            .sum()
+    }
+
+    /// Returns the buffer whose `ib_cqe` is at `cqe`, among the SRQ's own and its published
+    /// steps'. The caller holds an RCU read-side section (`_rcu`), for which the buffer lives.
+    fn find_buf<'a>(&'a self, cqe: *const c_void) -> Option<&'a RecvBuf> {
+        let find = |bufs: &'a [RecvBuf]| {
+            let base = bufs.as_ptr() as usize;
+            let size = core::mem::size_of::<RecvBuf>();
+            let off = (cqe as usize).checked_sub(base)?;
+            let i = off / size;
+            (off % size == 0).then_some(())?;
+            bufs.get(i)
+        };
+        find(&self.bufs).or_else(|| {
+            self.chunks.iter().find_map(|c| {
+                // SAFETY: As in `with_chunks`; the caller's RCU section outlives `'a`.
+                let chunk = unsafe { c.load(Ordering::Acquire).as_ref() }?;
+                find(&chunk.bufs)
+            })
+        })
+    }
+
     /// Posts `b`.
     fn post(&self, b: &RecvBuf) -> Result {
         // SAFETY: The SRQ is live and the buffer mapped (type invariant); the buffer stays
-        // mapped until the SRQ is destroyed.
+        // mapped until the SRQ is destroyed (or, for a step's buffer, until it is retired,
+        // which a posted buffer is not).
         let r = unsafe {
             bindings::ibext_shim_post_srq_recv(
                 self.raw.as_ptr(),
@@ -389,15 +533,214 @@ impl<H: SrqHandler> Inner<H> {
         Ok(())
     }
 
-    /// Arms the limit (`ib_modify_srq` with `IB_SRQ_LIMIT`; may sleep).
-    fn arm_limit(&self) -> Result {
-        // SAFETY: The SRQ is live: callers are `new` (before anyone else sees it) and the limit
-        // work under `phase` while `Live`.
-        let r = unsafe { bindings::ibext_shim_arm_srq_limit(self.raw.as_ptr(), self.limit) };
+    /// Posts `b` again after its completion. A failure loses the buffer: one of the SRQ's own
+    /// is counted in `RepostFailures`; a step's is let go for good (no longer live), counted in
+    /// `Errors`.
+    fn post_again(&self, b: &RecvBuf) -> Result {
+        let r = self.post(b);
+        if r.is_err() {
+            match b.chunk() {
+                Some(c) => {
+                    self.stats.inc(SrqStat::Errors as usize);
+                    self.let_go(c);
+                }
+                None => self.stats.inc(SrqStat::RepostFailures as usize),
+            }
+        }
+        r
+    }
+
+    /// If `b` belongs to a retiring step, lets it go instead of posting it again, and returns
+    /// `true`. Its last access to the step is the count; the work frees the step after.
+    fn retire_if_retiring(&self, b: &RecvBuf) -> bool {
+        match b.chunk() {
+            Some(c) if c.retiring.load(Ordering::Acquire) => {
+                self.let_go(c);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Counts one buffer of `c` gone for good; the last one has the step freed.
+    fn let_go(&self, c: &Chunk) {
+        if c.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // `c` is not touched after the count: the work may free it from now on.
+            self.kick(0);
+        }
+    }
+
+    /// Queues the maintenance work to run in `ms` milliseconds, or sooner if it is queued for
+    /// later (any context).
+    fn kick(&self, ms: u32) {
+        // SAFETY: Initialized in `new`; cancelled in drop after the SRQ (the source of events
+        // and completions that kick it) is destroyed.
+        unsafe { bindings::ibext_shim_mod_delayed_work(self.maint.get(), ms) };
+    }
+
+    /// Arms the limit at `limit` (`ib_modify_srq` with `IB_SRQ_LIMIT`; may sleep).
+    fn arm_limit(&self, limit: u32) -> Result {
+        // SAFETY: The SRQ is live: callers are `new` (before anyone else sees it) and the work
+        // under `phase` while `Live`.
+        let r = unsafe { bindings::ibext_shim_arm_srq_limit(self.raw.as_ptr(), limit) };
         if r != 0 {
             return Err(Error::from_errno(r));
         }
+        self.limit.store(limit, Ordering::Release);
         Ok(())
+    }
+
+    /// Returns the managed buffers held in all (the SRQ's own and every published step's).
+    fn held(&self) -> u32 {
+        let steps = self.with_chunks(|c| c.bufs.len() as u64);
+        u32::try_from(self.bufs.len() as u64 + steps).unwrap_or(u32::MAX)
+    }
+
+    /// Adds a step of `n` managed buffers: made, mapped and published, then posted. Called by
+    /// the work, under `phase`, with the SRQ live.
+    fn grow(&self, n: u32) -> Result {
+        let slot = self
+            .chunks
+            .iter()
+            .find(|c| c.load(Ordering::Relaxed).is_null())
+            .ok_or(ENOSPC)?;
+        let mut chunk = KBox::new(
+            Chunk {
+                bufs: KVVec::with_capacity(n as usize, GFP_KERNEL)?,
+                live: AtomicU32::new(n),
+                retiring: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        )?;
+        let at: *const Chunk = &*chunk;
+        let owner = core::ptr::from_ref(self).cast();
+        // On error `chunk` is dropped with what was made: nothing was posted.
+        fill_bufs::<H>(&mut chunk.bufs, &self.dev, n, self.buf_size, owner, at)?;
+        let chunk = KBox::into_raw(chunk);
+        slot.store(chunk, Ordering::Release);
+        self.target.fetch_add(n, Ordering::AcqRel);
+        // SAFETY: Just published; only this work (under `phase`) frees steps.
+        for b in unsafe { &*chunk }.bufs.iter() {
+            // A failure lets the buffer go: the step then holds fewer live buffers.
+            let _ = self.post_again(b);
+        }
+        Ok(())
+    }
+
+    /// Retires the newest step that is not retiring yet; returns its size (0: none).
+    fn shrink(&self) -> u32 {
+        for c in self.chunks.iter().rev() {
+            // SAFETY: Only this work (under `phase`) frees steps.
+            let Some(chunk) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
+                continue;
+            };
+            if !chunk.retiring.swap(true, Ordering::AcqRel) {
+                let n = chunk.bufs.len() as u32;
+                self.target.fetch_sub(n, Ordering::AcqRel);
+                return n;
+            }
+        }
+        0
+    }
+
+    /// Frees the retiring steps whose buffers are all back. Called by the work, under `phase`,
+    /// or by drop once the SRQ is destroyed and handlers waited for (`all`: every step).
+    fn free_steps(&self, all: bool) {
+        let mut gone = [core::ptr::null_mut::<Chunk>(); MAX_STEPS as usize];
+        let mut any = false;
+        for (c, g) in self.chunks.iter().zip(gone.iter_mut()) {
+            // SAFETY: Only this work (under `phase`) or drop frees steps.
+            let Some(chunk) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
+                continue;
+            };
+            let idle =
+                chunk.retiring.load(Ordering::Acquire) && chunk.live.load(Ordering::Acquire) == 0;
+            if all || idle {
+                *g = c.swap(core::ptr::null_mut(), Ordering::AcqRel);
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        // Readers that found a step under RCU (`find_buf`, the counts) are done with it after
+        // this; handlers are done with a step once they counted its last buffer (`let_go`).
+        // SAFETY: FFI call in process context.
+        unsafe { bindings::synchronize_rcu() };
+        for g in gone.iter().filter(|g| !g.is_null()) {
+            // SAFETY: Made by `KBox::into_raw` in `grow`, unpublished above, no reader left.
+            drop(unsafe { KBox::from_raw(*g) });
+        }
+    }
+
+    /// The maintenance work's body, under `phase` with the SRQ live.
+    fn maintain(&self) {
+        self.free_steps(false);
+        let now = now_ms();
+        if self.limit_hit.swap(false, Ordering::AcqRel) {
+            self.last_pressure_ms.store(now, Ordering::Release);
+            if self.bufs.is_empty() {
+                // The owner posts the receives: it decides.
+                self.handler
+                    .pressure(self.srq(), Pressure::Low, self.max_wr);
+            } else if let Some(n) = next_step(self.step, self.max_wr, self.held()) {
+                match self.grow(n) {
+                    Ok(()) => {
+                        self.stats.inc(SrqStat::Grown as usize);
+                        let t = self.target.load(Ordering::Acquire);
+                        self.handler.pressure(self.srq(), Pressure::Grown, t);
+                    }
+                    Err(_) => self.stats.inc(SrqStat::Errors as usize),
+                }
+            }
+            self.rearm();
+        } else if self.quiet_since(now) >= AGE_MS && self.shrink() > 0 {
+            // One step per quiet period: the next goes only if the quiet lasts another.
+            self.last_pressure_ms.store(now, Ordering::Release);
+            self.stats.inc(SrqStat::Shrunk as usize);
+            let t = self.target.load(Ordering::Acquire);
+            self.handler.pressure(self.srq(), Pressure::Shrunk, t);
+            self.rearm();
+        }
+        // While grown, look again once a quiet period could have passed, on the real clock.
+        if self.target.load(Ordering::Acquire) as usize > self.bufs.len() {
+            let quiet = now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire));
+            let left = AGE_MS.saturating_sub(quiet);
+            // SAFETY: As in `kick`; queues only if not queued already.
+            unsafe {
+                bindings::ibext_shim_queue_delayed_work(
+                    self.maint.get(),
+                    u32::try_from(left.max(1)).unwrap_or(u32::MAX),
+                )
+            };
+        }
+    }
+
+    /// Returns the milliseconds since the last limit event, on aging's clock (in the KUnit
+    /// flavour, the tests' shifted one; 0 while they hold aging, see `tests::hooks`).
+    fn quiet_since(&self, now: u64) -> u64 {
+        #[cfg(ibext_kunit)]
+        let Some(now) = crate::tests::hooks::aging_now(now) else {
+            return 0;
+        };
+        now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire))
+    }
+
+    /// Arms the limit again after an event: at a quarter of the managed buffers meant to be
+    /// posted, or where it was for receives the owner posts.
+    fn rearm(&self) {
+        let limit = if self.bufs.is_empty() {
+            self.limit.load(Ordering::Acquire)
+        } else {
+            limit_for(self.target.load(Ordering::Acquire))
+        };
+        if limit == 0 {
+            return;
+        }
+        if self.arm_limit(limit).is_err() {
+            // Not re-armed: no more limit events from this SRQ; visible as an error.
+            self.stats.inc(SrqStat::Errors as usize);
+        }
     }
 
     /// Destroys the SRQ if it is still live; returns whether it is destroyed now.
@@ -405,7 +748,7 @@ impl<H: SrqHandler> Inner<H> {
         let mut phase = self.phase.lock();
         if *phase == Phase::Live {
             // SAFETY: A live SRQ (type invariant); no QP uses it (the owner's contract, and the
-            // pool checks `in_use`). It is marked not live under the lock the limit work takes.
+            // pool checks `in_use`). It is marked not live under the lock the work takes.
             let r =
                 unsafe { bindings::ib_destroy_srq_user(self.raw.as_ptr(), core::ptr::null_mut()) };
             *phase = if warn_on_once!(r != 0, "ibext: destroying an SRQ failed") {
@@ -426,29 +769,40 @@ impl<H: SrqHandler> PinnedDrop for Inner<H> {
             // return before this does.
             wait_for_dispatch();
         }
-        // SAFETY: `rearm` is initialized; the SRQ raises no event any more, so nothing queues
-        // it again, and a run that is late finds the SRQ not live.
-        unsafe { bindings::cancel_work_sync(self.rearm.get()) };
+        // SAFETY: `maint` is initialized; the SRQ raises no event and completes no receive any
+        // more, so nothing queues it again but itself, which cancelling stops, and a run that
+        // is late finds the SRQ not live.
+        unsafe { bindings::ibext_shim_cancel_delayed_work_sync(self.maint.get()) };
         if *self.phase.lock() == Phase::Leaked {
             // SAFETY: Nothing is moved out of the pinned allocation: `bufs` is not structurally
             // pinned, and only its heap storage is given up.
             let this = unsafe { self.get_unchecked_mut() };
             // The device may still write the posted buffers: never unmap or free them.
             core::mem::forget(core::mem::replace(&mut this.bufs, KVVec::new()));
+            for c in this.chunks.iter() {
+                // Leaked with the SRQ, as its own buffers are.
+                c.store(core::ptr::null_mut(), Ordering::Relaxed);
+            }
+            return;
         }
+        // The SRQ is destroyed and its handlers done: every step goes.
+        self.free_steps(true);
     }
 }
 
-/// Allocates and maps `attr.nr_bufs` buffers into `bufs`, whose capacity is reserved.
+/// Allocates and maps `n` buffers of `buf_size` bytes into `bufs`, whose capacity is reserved;
+/// `owner` is the [`Inner<H>`] they belong to, `chunk` their growth step (null: none).
 fn fill_bufs<H: SrqHandler>(
     bufs: &mut KVVec<RecvBuf>,
     dev: &Device,
-    attr: &SrqAttr,
+    n: u32,
+    buf_size: u32,
     owner: *const c_void,
+    chunk: *const Chunk,
 ) -> Result {
-    for _ in 0..attr.nr_bufs {
+    for _ in 0..n {
         fault_point()?;
-        let mut data = KVec::from_elem(0u8, attr.buf_size as usize, GFP_KERNEL)?;
+        let mut data = KVec::from_elem(0u8, buf_size as usize, GFP_KERNEL)?;
         let ptr = data.as_mut_ptr();
         // Within the reserved capacity: no allocation, and no buffer moves.
         bufs.push(
@@ -461,6 +815,7 @@ fn fill_bufs<H: SrqHandler>(
                 dma: 0,
                 dev: dev.as_raw(),
                 owner,
+                chunk,
                 kept: AtomicBool::new(false),
             },
             GFP_KERNEL,
@@ -512,6 +867,9 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
             inner.stats.inc(SrqStat::Kept as usize);
             return;
         }
+        if inner.retire_if_retiring(b) {
+            return;
+        }
         // SAFETY: As above.
         unsafe { bindings::ibext_shim_dma_sync_for_device(b.dev, b.dma, len) };
     } else {
@@ -523,10 +881,11 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
             // than being lost to the pool.
             inner.stats.inc(SrqStat::Flushed as usize);
         }
+        if inner.retire_if_retiring(b) {
+            return;
+        }
     }
-    if inner.post(b).is_err() {
-        inner.stats.inc(SrqStat::RepostFailures as usize);
-    }
+    let _ = inner.post_again(b);
 }
 
 /// The SRQ's event handler.
@@ -541,29 +900,29 @@ unsafe extern "C" fn srq_event<H: SrqHandler>(ev: *mut bindings::ib_event, ctx: 
     if ev.event == bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED {
         inner.stats.inc(SrqStat::LimitEvents as usize);
         inner.limit_hit.store(true, Ordering::Release);
-        // SAFETY: `rearm` is initialized, and cancelled in drop after the SRQ (the only source
-        // of events) is destroyed. Events may come in atomic context: the work re-arms.
-        unsafe { bindings::ibext_shim_queue_work_unbound(inner.rearm.get()) };
+        // Events may come in atomic context: the work grows and re-arms.
+        inner.kick(0);
     } else {
         inner.stats.inc(SrqStat::Errors as usize);
     }
 }
 
-/// Re-arms the limit after a limit event (`ib_modify_srq` may sleep).
+/// The maintenance work: frees retired steps, grows on a limit event and re-arms the limit,
+/// shrinks once the pressure is gone.
 ///
 /// # Safety
 ///
-/// Called by the workqueue only, for the `rearm` of a live `Inner<H>`.
-unsafe extern "C" fn rearm_work<H: SrqHandler>(w: *mut bindings::work_struct) {
-    // SAFETY: `w` is the `rearm` field of a live `Inner<H>`: drop cancels it before freeing.
-    let inner = unsafe { &*kernel::container_of!(w, Inner<H>, rearm) };
+/// Called by the workqueue only, for the `maint` of a live `Inner<H>`.
+unsafe extern "C" fn maint_work<H: SrqHandler>(w: *mut bindings::work_struct) {
+    // SAFETY: `w` is the `work` (first field) of the `delayed_work` in the `maint` field of a
+    // live `Inner<H>`: drop cancels it before freeing.
+    let inner = unsafe {
+        let dw = kernel::container_of!(w, bindings::delayed_work, work);
+        &*kernel::container_of!(dw, Inner<H>, maint)
+    };
     let phase = inner.phase.lock();
-    if *phase == Phase::Live
-        && inner.limit_hit.swap(false, Ordering::AcqRel)
-        && inner.arm_limit().is_err()
-    {
-        // Not re-armed: no more limit events from this SRQ; visible as an error.
-        inner.stats.inc(SrqStat::Errors as usize);
+    if *phase == Phase::Live {
+        inner.maintain();
     }
     drop(phase);
 }

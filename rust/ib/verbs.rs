@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Views of the verbs objects ibext is lent by ULPs or handed by pollers: [`Pd`], [`Srq`],
-//! [`Wc`]; and [`UlpRecvDone`], a C ULP's receive callback with its context.
+//! [`Wc`]; and [`UlpRecvDone`] and [`UlpPressure`], a C ULP's callbacks with their context.
 
 use crate::{
     bindings,
-    ib::{srq::RecvAction, srq::RecvData, Device},
+    ib::{srq::Pressure, srq::RecvAction, srq::RecvData, Device},
 };
-use core::ffi::c_void;
+use core::ffi::{c_uint, c_void};
 use kernel::{prelude::*, types::Opaque};
 
 /// `-EOPNOTSUPP`, which `kernel::error::code` lacks on 6.12.
@@ -172,5 +172,50 @@ impl UlpRecvDone {
         } else {
             RecvAction::Repost
         }
+    }
+}
+
+/// A C ULP's pressure callback (`struct ibext_srq_pool_attr::pressure`) and its context.
+///
+/// # Invariants
+///
+/// `f` may be called in process context with a live SRQ of the pool, any `enum
+/// ibext_srq_pressure` value, a count and `ctx`, for as long as this value lives.
+#[derive(Clone)]
+pub(crate) struct UlpPressure {
+    f: UlpPressureFn,
+    ctx: *mut c_void,
+}
+
+/// The type of `struct ibext_srq_pool_attr::pressure`.
+pub(crate) type UlpPressureFn =
+    unsafe extern "C" fn(*mut bindings::ib_srq, bindings::ibext_srq_pressure, c_uint, *mut c_void);
+
+// SAFETY: The ULP's contract (`include/rdma/ibext.h`): its callback may run in any process
+// context, with its context.
+unsafe impl Send for UlpPressure {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for UlpPressure {}
+
+impl UlpPressure {
+    /// Wraps a callback and context from C.
+    ///
+    /// # Safety
+    ///
+    /// `f` may be called as the type invariant says until the returned value is dropped.
+    pub(crate) unsafe fn new(f: UlpPressureFn, ctx: *mut c_void) -> Self {
+        // INVARIANT: the caller's guarantee.
+        UlpPressure { f, ctx }
+    }
+
+    /// Calls the callback.
+    pub(crate) fn call(&self, srq: &Srq, what: Pressure, posted: u32) {
+        let what = match what {
+            Pressure::Low => bindings::ibext_srq_pressure_IBEXT_SRQ_LOW,
+            Pressure::Grown => bindings::ibext_srq_pressure_IBEXT_SRQ_GROWN,
+            Pressure::Shrunk => bindings::ibext_srq_pressure_IBEXT_SRQ_SHRUNK,
+        };
+        // SAFETY: A live SRQ (type invariant of `Srq`); the callback is valid (invariant).
+        unsafe { (self.f)(srq.as_raw(), what, posted, self.ctx) }
     }
 }

@@ -20,6 +20,13 @@ pub(crate) const MAX_POOL_BYTES: u64 = 256 << 20;
 /// of the size of its `RecvBuf`).
 pub(crate) const BUF_OVERHEAD: u64 = 80;
 
+/// How far a pool with managed buffers grows by default: to this many times `srq_size`.
+pub(crate) const GROWTH_FACTOR: u32 = 4;
+
+/// The most growth steps an SRQ takes from `srq_size` to its cap (each step's buffers are one
+/// allocation, kept until the step is given back).
+pub(crate) const MAX_STEPS: u32 = 8;
+
 /// Why a pool cannot be made as asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -47,6 +54,8 @@ pub(crate) struct Request {
     pub(crate) max_sge: u32,
     pub(crate) buf_size: u32,
     pub(crate) has_recv_done: bool,
+    /// The most receives an SRQ may grow to; 0: the default (see [`plan`]).
+    pub(crate) max_srq_size: u32,
 }
 
 /// What the pool is made of.
@@ -61,6 +70,29 @@ pub(crate) struct Plan {
     /// The SRQ limit armed on each SRQ: an event when fewer receives than this are posted.
     /// 0 (no limit) for SRQs of fewer than 4 entries.
     pub(crate) limit: u32,
+    /// The most receives each SRQ holds (its `max_wr`): with managed buffers, what it may grow
+    /// to; without, what the ULP may post. At least `srq_size`.
+    pub(crate) max_size: u32,
+    /// Managed buffers added by one growth step (0: no growth).
+    pub(crate) step: u32,
+}
+
+/// Returns the limit to arm on an SRQ meant to hold `posted` receives: a quarter, none below
+/// 4 entries.
+pub(crate) fn limit_for(posted: u32) -> u32 {
+    if posted >= 4 {
+        posted / 4
+    } else {
+        0
+    }
+}
+
+/// Returns the buffers of the next growth step (`step`, at most up to `max_size`) of an SRQ
+/// whose managed buffers are `held` (posted, with the ULP, or given back and not yet freed), or
+/// `None` at the cap.
+pub(crate) fn next_step(step: u32, max_size: u32, held: u32) -> Option<u32> {
+    let room = max_size.saturating_sub(held);
+    (step > 0 && room > 0).then(|| step.min(room))
 }
 
 /// Checks a request against the device and plans the pool.
@@ -71,7 +103,15 @@ pub(crate) struct Plan {
 ///   managed buffers): [`Refusal::Invalid`];
 /// - `nr_srqs` 0 means one per vector, capped by `max_srq`; `srq_size` is clamped to
 ///   `max_srq_wr`;
-/// - managed buffers over [`MAX_POOL_BYTES`] after clamping: [`Refusal::Invalid`].
+/// - managed buffers over [`MAX_POOL_BYTES`] after clamping: [`Refusal::Invalid`];
+/// - `max_srq_size` below `srq_size` (but not 0): [`Refusal::Invalid`]; above `max_srq_wr`:
+///   clamped, as `srq_size` is; with managed buffers, over [`MAX_POOL_BYTES`] at that size:
+///   [`Refusal::Invalid`];
+/// - `max_srq_size` 0: with managed buffers, [`GROWTH_FACTOR`] times `srq_size`, clamped to
+///   `max_srq_wr` and to what fits [`MAX_POOL_BYTES`]; without, `srq_size` (the ULP posts its
+///   own receives and did not ask for room to grow);
+/// - a growth step is `srq_size` buffers, or more if the cap is over [`MAX_STEPS`] such steps
+///   away.
 pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
     if caps.max_srq == 0 || caps.max_srq_wr == 0 || caps.max_srq_sge == 0 {
         return Err(Refusal::NotSupported);
@@ -82,6 +122,7 @@ pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
         || req.nr_srqs > caps.max_srq
         || req.buf_size > MAX_BUF_SIZE
         || (req.buf_size > 0) != req.has_recv_done
+        || (req.max_srq_size != 0 && req.max_srq_size < req.srq_size)
     {
         return Err(Refusal::Invalid);
     }
@@ -91,18 +132,43 @@ pub(crate) fn plan(req: &Request, caps: &Caps) -> Result<Plan, Refusal> {
         req.nr_srqs
     };
     let srq_size = req.srq_size.min(caps.max_srq_wr);
-    if req.buf_size > 0 {
-        let bufs = u64::from(nr_srqs) * u64::from(srq_size);
-        if bufs * (u64::from(req.buf_size) + BUF_OVERHEAD) > MAX_POOL_BYTES {
-            return Err(Refusal::Invalid);
-        }
+    // The most buffers per SRQ that fit the pool's byte cap.
+    let fit = if req.buf_size > 0 {
+        let per_buf = (u64::from(req.buf_size) + BUF_OVERHEAD) * u64::from(nr_srqs);
+        u32::try_from(MAX_POOL_BYTES / per_buf).unwrap_or(u32::MAX)
+    } else {
+        u32::MAX
+    };
+    if srq_size > fit {
+        return Err(Refusal::Invalid);
     }
+    let max_size = match req.max_srq_size {
+        0 if req.buf_size > 0 => srq_size
+            .saturating_mul(GROWTH_FACTOR)
+            .min(caps.max_srq_wr)
+            .min(fit),
+        0 => srq_size,
+        m => {
+            let m = m.min(caps.max_srq_wr);
+            if m > fit {
+                return Err(Refusal::Invalid);
+            }
+            m
+        }
+    };
+    let step = if req.buf_size > 0 && max_size > srq_size {
+        srq_size.max((max_size - srq_size).div_ceil(MAX_STEPS))
+    } else {
+        0
+    };
     Ok(Plan {
         nr_srqs,
         srq_size,
         max_sge: req.max_sge,
         buf_size: req.buf_size,
-        limit: if srq_size >= 4 { srq_size / 4 } else { 0 },
+        limit: limit_for(srq_size),
+        max_size,
+        step,
     })
 }
 

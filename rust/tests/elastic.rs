@@ -433,8 +433,10 @@ fn hotplug_checks(dev: &super::guest::DeviceRef, state: &DeviceState, last: u32)
                 max_sge: 1,
                 buf_size: 0,
                 has_recv_done: false,
+                max_srq_size: 0,
             },
             recv_done: None,
+            pressure: None,
         };
         // SAFETY: `pd` is live and outlives the pool, dropped at the end of this block.
         let view = unsafe { PdView::from_raw(pd.as_raw()) };

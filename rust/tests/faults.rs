@@ -245,6 +245,8 @@ fn srq_pool_create_sweep() -> TestResult {
         buf_size: 64,
         recv_done: Some(no_recv),
         ctx: core::ptr::null_mut(),
+        max_srq_size: 0,
+        pressure: None,
     };
     let res = (|| -> TestResult {
         let (mut failed, mut absorbed, mut done) = (0u32, 0u32, false);

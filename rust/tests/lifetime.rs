@@ -63,6 +63,8 @@ fn worker(dev: DeviceRef, tally: &Tally, gid: [u8; 16], gid_type: u32, ctx: u32)
         buf_size: 0,
         recv_done: None,
         ctx: core::ptr::null_mut(),
+        max_srq_size: 0,
+        pressure: None,
     };
     let g = bindings::ib_gid { raw: gid };
     let mut round = 0u32;

@@ -278,6 +278,34 @@ void ibext_test_upstream_pool_resident(struct ib_device *dev,
 	spin_unlock_irq(&dev->cq_pools_lock);
 }
 
+/*
+ * The driver's hardware counter @name of @port (what
+ * /sys/class/infiniband/<dev>/ports/<port>/hw_counters/<name> shows), read
+ * through the driver's own ops as ib_core's sysfs does; -ENOENT if the
+ * device has no such counter.
+ */
+s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name)
+{
+	struct rdma_hw_stats *stats;
+	s64 ret = -ENOENT;
+	int i, n;
+
+	if (!dev->ops.alloc_hw_port_stats || !dev->ops.get_hw_stats)
+		return -EOPNOTSUPP;
+	stats = dev->ops.alloc_hw_port_stats(dev, port);
+	if (!stats)
+		return -ENOMEM;
+	n = dev->ops.get_hw_stats(dev, stats, port, 0);
+	for (i = 0; n > 0 && i < stats->num_counters; i++) {
+		if (!strcmp(stats->descs[i].name, name)) {
+			ret = stats->value[i];
+			break;
+		}
+	}
+	rdma_free_hw_stats_struct(stats);
+	return ret;
+}
+
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth)
 {
 	struct subprocess_info *info;

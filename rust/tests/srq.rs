@@ -29,9 +29,10 @@ use crate::{
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
+    policy::cq_pool::AGE_MS,
     policy::moderation::Moderation,
     srq_pool::SrqPool,
-    tests::hooks::FAIL_AT,
+    tests::hooks::{AGING_SHIFT_MS, FAIL_AT},
     warn::expect_warnings,
 };
 use core::{
@@ -119,6 +120,8 @@ fn attr(
         ctx: rx.map_or(core::ptr::null_mut(), |r| {
             core::ptr::from_ref(r).cast_mut().cast()
         }),
+        max_srq_size: 0,
+        pressure: rx.map(|_| rx_pressure as _),
     }
 }
 
@@ -151,6 +154,9 @@ struct Rx {
     /// Kept buffers' `wr_cqe`s, in `stash_len` order; taken (nulled) when given back.
     stash: KVec<AtomicPtr<c_void>>,
     stash_len: AtomicUsize,
+    /// `pressure` calls per `enum ibext_srq_pressure` value, and the last count given.
+    pressure: [AtomicU32; 3],
+    last_posted: AtomicU32,
 }
 
 // SAFETY: The raw pointers are only compared; the counters are atomics.
@@ -184,6 +190,8 @@ impl Rx {
                 keep: AtomicBool::new(false),
                 stash,
                 stash_len: AtomicUsize::new(0),
+                pressure: [const { AtomicU32::new(0) }; 3],
+                last_posted: AtomicU32::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -254,6 +262,25 @@ unsafe extern "C" fn rx_done(
     }
     rx.inside.fetch_sub(1, Ordering::AcqRel);
     action
+}
+
+/// The pool's `pressure` for the tests: counts the calls per kind.
+///
+/// # Safety
+///
+/// Called by ibext only, with `ctx` a live [`Rx`].
+unsafe extern "C" fn rx_pressure(
+    _srq: *mut bindings::ib_srq,
+    what: bindings::ibext_srq_pressure,
+    posted: core::ffi::c_uint,
+    ctx: *mut c_void,
+) {
+    // SAFETY: The callback contract.
+    let rx = unsafe { &*ctx.cast::<Rx>() };
+    if let Some(n) = rx.pressure.get(what as usize) {
+        n.fetch_add(1, Ordering::AcqRel);
+    }
+    rx.last_posted.store(posted, Ordering::Release);
 }
 
 /// One receive the test posts itself, reposted after each completion: on a per-QP receive queue
@@ -353,6 +380,8 @@ impl Drop for SrqRef {
 enum Recv {
     /// An SRQ pool of `nr` SRQs (0: one per vector) of `size` managed buffers.
     Pool { nr: u32, size: u32 },
+    /// The same, growing to at most `max` buffers per SRQ (`max_srq_size`).
+    PoolMax { nr: u32, size: u32, max: u32 },
     /// A receive queue of `depth` buffers per QP, reposted by the test (the baseline).
     PerQp { depth: u32 },
     /// An SRQ pool (one SRQ per vector) without managed buffers: the test posts `depth`
@@ -444,9 +473,22 @@ impl Fleet {
                 0,
                 0,
             ),
+            Recv::PoolMax { nr, size, max } => {
+                let a = bindings::ibext_srq_pool_attr {
+                    max_srq_size: max,
+                    ..attr(nr, size, buf_size, Some(&rx))
+                };
+                (Some(Pool::create(&pd, &a)?), 0, 0)
+            }
             Recv::PerQp { depth } => (None, depth, 0),
             Recv::PoolUlp { depth } => {
-                (Some(Pool::create(&pd, &attr(0, depth, 0, None))?), 0, depth)
+                // No `recv_done` (the ULP posts), but a `pressure` callback with the checker.
+                let a = bindings::ibext_srq_pool_attr {
+                    pressure: Some(rx_pressure),
+                    ctx: core::ptr::from_ref(&*rx).cast_mut().cast(),
+                    ..attr(0, depth, 0, None)
+                };
+                (Some(Pool::create(&pd, &a)?), 0, depth)
             }
         };
         // SAFETY: A live pool, or none.
@@ -789,6 +831,217 @@ fn kept_buffers_are_given_back() -> TestResult {
     Ok(())
 }
 
+/// RNR NAKs rxe0's responder has sent (`send_rnr_err`), over its port.
+fn rnr_naks(dev: &Device) -> core::result::Result<u64, Failed> {
+    // SAFETY: `dev` is registered; the name is a C string.
+    let n = unsafe {
+        bindings::ibext_test_hw_counter(dev.as_raw(), 1, c"send_rnr_err".as_ptr().cast())
+    };
+    kassert!(n >= 0, "no send_rnr_err counter: {}", n);
+    u64::try_from(n).map_err(|_| Failed)
+}
+
+/// Growth under pressure, and back. One SRQ of 16 managed buffers for 4 QPs, whose ULP keeps
+/// every buffer (a load that exhausts the SRQ unless it grows), sent in batches of 16
+/// messages. Each batch uses up what is posted and raises a limit event; the test waits for
+/// the growth step it must cause (forced, not raced) before the next batch: 16 -> 32 -> 48 ->
+/// 64 (the default cap, 4 x 16), then no further step. Every message arrives exactly once, no
+/// RNR NAK is sent, the buffers stay under the cap, and the ULP's `pressure` hears each step.
+/// The same load on a pool capped at 16 (`max_srq_size`) gets RNR NAKs, until the ULP gives
+/// its buffers back. Then, with the pressure gone (aging's clock a period ahead), steps are
+/// retired one per period, and once traffic has brought a retired step's buffers back the step
+/// is freed.
+fn srq_grows_under_pressure_and_shrinks() -> TestResult {
+    const QPS: usize = 4;
+    const BATCH: u32 = 4;
+    const BATCHES: u32 = 4;
+    const PER_QP: u32 = 2 * BATCH * BATCHES;
+    const BUF: u32 = 64;
+    let dev = required(c_str!("rxe0"))?;
+    let d = dev.device();
+
+    // Capped at its size: no growth; senders are refused until buffers come back.
+    {
+        let f = Fleet::new(
+            d,
+            QPS,
+            PER_QP,
+            Recv::PoolMax {
+                nr: 1,
+                size: 16,
+                max: 16,
+            },
+            BUF,
+        )
+        .map_err(|_| Failed)?;
+        f.rx.keep.store(true, Ordering::Release);
+        let raw = f.pool.as_ref().map(|p| p.0).ok_or(Failed)?;
+        kassert_eq!(f.pool()?.plan().step, 0);
+        let rnr = rnr_naks(d)?;
+        f.post_range(0, 0..2 * BATCH)?;
+        let refused = wait_for(20_000, || rnr_naks(d).is_ok_and(|n| n > rnr));
+        kassert!(
+            refused,
+            "no RNR NAK with 32 messages for 16 buffers held by the ULP"
+        );
+        let got = f.rx.received.load(Ordering::Acquire);
+        kassert_eq!(got, 16);
+        // The ULP gives its buffers back as it gets them, until every message is in.
+        let mut given = 0;
+        let all = wait_for(30_000, || {
+            let end = f.rx.stash_len.load(Ordering::Acquire);
+            while given < end {
+                let cqe = f.rx.stash[given].swap(core::ptr::null_mut(), Ordering::AcqRel);
+                // SAFETY: A live pool; `cqe` is a kept buffer's.
+                if !cqe.is_null() && unsafe { ibext_srq_pool_repost(raw, cqe.cast()) } != 0 {
+                    return false;
+                }
+                given += 1;
+            }
+            f.rx.received.load(Ordering::Acquire) == QPS as u64 * u64::from(2 * BATCH)
+        });
+        kassert!(all, "{} received", f.rx.received.load(Ordering::Acquire));
+        kassert_eq!(f.pool()?.steps().0, 0);
+        let capped = rnr_naks(d)? - rnr;
+        kernel::kunit::info(format_args!(
+            "    # srq growth: {} RNR NAKs capped at 16 buffers
+",
+            capped
+        ));
+        f.rx.keep.store(false, Ordering::Release);
+    }
+
+    let f = Fleet::new(d, QPS, PER_QP, Recv::Pool { nr: 1, size: 16 }, BUF).map_err(|_| Failed)?;
+    f.rx.keep.store(true, Ordering::Release);
+    let raw = f.pool.as_ref().map(|p| p.0).ok_or(Failed)?;
+    let plan = f.pool()?.plan();
+    kassert_eq!((plan.max_size, plan.step), (64, 16));
+    let rnr = rnr_naks(d)?;
+    for b in 0..BATCHES {
+        f.post_range(0, b * BATCH..(b + 1) * BATCH)?;
+        let want = QPS as u64 * u64::from((b + 1) * BATCH);
+        let all = wait_for(20_000, || f.rx.received.load(Ordering::Acquire) == want);
+        kassert!(
+            all,
+            "batch {}: {} of {} received",
+            b,
+            f.rx.received.load(Ordering::Acquire),
+            want
+        );
+        // The batch emptied what was posted, so a limit event came; below the cap it grows.
+        let steps = u64::from((b + 1).min(3));
+        let grown = wait_for(20_000, || f.pool().is_ok_and(|p| p.steps().0 == steps));
+        kassert!(grown, "batch {}: {:?} steps", b, f.pool()?.steps());
+        kassert_eq!(f.pool()?.target(0), Some(16 * (1 + steps as u32)));
+        kassert_eq!(f.rx.pressure[1].load(Ordering::Acquire), steps as u32);
+    }
+    let pool = f.pool()?;
+    kassert_eq!(
+        rnr_naks(d)? - rnr,
+        0,
+        "RNR NAKs although the SRQ grew in time"
+    );
+    kassert_eq!(pool.buffer_bytes(), 64 * u64::from(BUF));
+    kassert_eq!(pool.kept(), 64);
+    kassert_eq!(f.rx.last_posted.load(Ordering::Acquire), 64);
+    kassert_eq!(pool.armed_limit(0), Some(16));
+
+    // The ULP gives everything back; the pressure is gone.
+    f.rx.keep.store(false, Ordering::Release);
+    for i in 0..f.rx.stash_len.load(Ordering::Acquire) {
+        let cqe = f.rx.stash[i].swap(core::ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: A live pool; `cqe` is a kept buffer's.
+        kassert_eq!(unsafe { ibext_srq_pool_repost(raw, cqe.cast()) }, 0);
+    }
+    kassert_eq!(pool.posted(), 64);
+    // A pass at the real time retires nothing: the last event was just now.
+    pool.test_run_maintenance();
+    kassert_eq!(pool.steps().1, 0);
+    AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
+    pool.test_run_maintenance();
+    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+    kassert_eq!(pool.steps().1, 1);
+    kassert_eq!(pool.target(0), Some(48));
+    kassert_eq!(f.rx.pressure[2].load(Ordering::Acquire), 1);
+    kassert_eq!(f.rx.last_posted.load(Ordering::Acquire), 48);
+    kassert_eq!(pool.armed_limit(0), Some(12));
+    // Traffic brings the retired step's buffers back (each comes back once 64 receives were
+    // consumed after its repost, at most): then the step is freed.
+    f.post_range(0, BATCH * BATCHES..PER_QP)?;
+    let all = QPS as u64 * u64::from(PER_QP);
+    kassert!(wait_for(20_000, || f.rx.received.load(Ordering::Acquire) == all));
+    let freed = wait_for(20_000, || pool.buffer_bytes() == 48 * u64::from(BUF));
+    kassert!(
+        freed,
+        "{} bytes after the retired step came back",
+        pool.buffer_bytes()
+    );
+    // The run that freed it may still be finishing (its grace period): let it end before the
+    // clock is shifted again, or it would count as a pass a period later.
+    pool.test_run_maintenance();
+    kassert_eq!(pool.posted(), 48);
+    kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
+    kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
+    // One step per quiet period, down to the size the pool was made with.
+    for n in 2..=3 {
+        AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
+        pool.test_run_maintenance();
+        AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+        kassert_eq!(pool.steps().1, n);
+    }
+    kassert_eq!(pool.target(0), Some(16));
+    AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
+    pool.test_run_maintenance();
+    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+    kassert_eq!(
+        pool.steps().1,
+        3,
+        "shrank below the size the pool was made with"
+    );
+    Ok(())
+}
+
+/// A pool without managed buffers whose SRQ runs short tells the ULP (`IBEXT_SRQ_LOW`, with
+/// the most the SRQ holds) and grows nothing itself: the ULP decides. Forced: the pollers are
+/// held while more messages arrive than a quarter below what is posted.
+fn ulp_posted_pool_hears_low() -> TestResult {
+    const QPS: usize = 4;
+    const PER_QP: u32 = 16;
+    const DEPTH: u32 = 16;
+    let dev = required(c_str!("rxe0"))?;
+    let f = Fleet::new(
+        dev.device(),
+        QPS,
+        PER_QP,
+        Recv::PoolUlp { depth: DEPTH },
+        64,
+    )
+    .map_err(|_| Failed)?;
+    let engines = || {
+        f.cqs.iter().filter_map(|c| {
+            // SAFETY: The CQs are pooled and held by `f`.
+            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
+        })
+    };
+    for e in engines() {
+        e.test_hold();
+    }
+    f.post_range(0, 0..PER_QP)?;
+    let low = wait_for(20_000, || f.rx.pressure[0].load(Ordering::Acquire) > 0);
+    for e in engines() {
+        e.test_release();
+    }
+    kassert!(low, "no IBEXT_SRQ_LOW with every receive of an SRQ used up");
+    let all = QPS as u64 * u64::from(PER_QP);
+    kassert!(wait_for(30_000, || f.rx.received.load(Ordering::Acquire) == all));
+    kassert_eq!(f.rx.last_posted.load(Ordering::Acquire), DEPTH);
+    kassert_eq!(f.rx.pressure[1].load(Ordering::Acquire), 0);
+    kassert_eq!(f.pool()?.steps(), (0, 0));
+    kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
+    kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
+    Ok(())
+}
+
 /// A pool without managed buffers, for a ULP that posts its own receives (as nvmet-rdma does):
 /// its SRQ count and each SRQ are reachable, each SRQ carries the ULP's context, found again from
 /// the SRQ `ibext_srq_pool_get` gave a QP, and traffic arrives exactly once in the ULP's own
@@ -964,8 +1217,10 @@ fn references_and_busy() -> TestResult {
                 max_sge: 1,
                 buf_size: 0,
                 has_recv_done: false,
+                max_srq_size: 0,
             },
             recv_done: None,
+            pressure: None,
         };
         // SAFETY: `pd` is live and outlives the pool, dropped at the end of this block.
         let pd_view = unsafe { PdView::from_raw(pd.0.as_ptr()) };
@@ -1020,7 +1275,12 @@ fn limit_events_are_counted() -> TestResult {
         dev.device(),
         QPS,
         PER_CYCLE * CYCLES,
-        Recv::Pool { nr: 1, size: 16 },
+        // Capped at its size: growth would end the shortage this test forces.
+        Recv::PoolMax {
+            nr: 1,
+            size: 16,
+            max: 16,
+        },
         64,
     )
     .map_err(|_| Failed)?;
@@ -1035,11 +1295,13 @@ fn limit_events_are_counted() -> TestResult {
     };
     kassert_eq!(engines().count(), QPS);
     for cycle in 0..CYCLES {
-        // SAFETY: `srq` is live while the pool is.
-        let armed = wait_for(
-            20_000,
-            || unsafe { bindings::ibext_test_srq_limit(srq) } == 4,
-        );
+        // Armed where the pool says (4: the pool is capped at its size).
+        let armed = wait_for(20_000, || {
+            let want = pool.armed_limit(0).unwrap_or(0);
+            // SAFETY: `srq` is live while the pool is.
+            let got = unsafe { bindings::ibext_test_srq_limit(srq) };
+            want == 4 && i64::from(got) == i64::from(want)
+        });
         kassert!(armed, "cycle {}: the limit is not armed", cycle);
         let events = pool.limit_events();
         for e in engines() {
@@ -1251,7 +1513,11 @@ fn bad_input() -> TestResult {
     }
     let mut no_cb = attr(0, 16, 64, Some(&rx));
     no_cb.recv_done = None;
-    let cases: [(&str, bindings::ibext_srq_pool_attr); 9] = [
+    let with_max = |size, max, buf| bindings::ibext_srq_pool_attr {
+        max_srq_size: max,
+        ..attr(1, size, buf, if buf > 0 { Some(&rx) } else { None })
+    };
+    let cases: [(&str, bindings::ibext_srq_pool_attr); 12] = [
         ("srq_create.zero_size", attr(0, 0, 0, None)),
         ("srq_create.zero_sge", bad_sge(0)),
         ("srq_create.over_max_sge", bad_sge(max_sge + 1)),
@@ -1268,6 +1534,9 @@ fn bad_input() -> TestResult {
             "srq_create.recv_done_without_buf",
             attr(0, 16, 0, Some(&rx)),
         ),
+        ("srq_create.max_below_size", with_max(16, 15, 0)),
+        ("srq_create.max_below_size", with_max(16, 15, 64)),
+        ("srq_create.max_too_big", with_max(16, u32::MAX, 65536)),
     ];
     for (id, a) in cases {
         // SAFETY: Live PD; `a` is valid.
@@ -1432,14 +1701,17 @@ pub(crate) fn srq_bench() -> TestResult {
             let t = now_ns();
             f.run(8)?;
             let ns = (now_ns() - t).max(1);
+            // After the run too: an SRQ that grew under the load shows here.
+            let end = f.recv_bytes();
             pr_info!(
-                "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"rep\":{},\"order\":{},\"recv_bytes\":{},\"ops_per_s\":{}}}\n",
+                "ibext-bench: {{\"bench\":\"srq\",\"setup\":\"{}\",\"qps\":{},\"vectors\":4,\"entries\":256,\"buf_size\":4096,\"ops\":{},\"rep\":{},\"order\":{},\"recv_bytes\":{},\"recv_bytes_end\":{},\"ops_per_s\":{}}}\n",
                 label,
                 QPS,
                 QPS as u32 * PER_QP,
                 rep,
                 j,
                 bytes,
+                end,
                 (QPS as u64 * u64::from(PER_QP)) * 1_000_000_000 / ns
             );
         }
@@ -1459,6 +1731,8 @@ kunit_suite!(
         ulp_posted_receives,
         kept_buffers_are_given_back,
         limit_events_are_counted,
+        srq_grows_under_pressure_and_shrinks,
+        ulp_posted_pool_hears_low,
         allocation_failure_unwinds,
         link_delete_after_cleanup,
     ]
