@@ -471,7 +471,7 @@ impl Show for Core {
         for (i, s) in self.srqs.iter().enumerate() {
             write!(
                 m,
-                "srq {} refs {} size {} posted {} limit {} ",
+                "srq {} refs {} bufs {} posted {} limit {} ",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
                 s.target(),
