@@ -142,6 +142,8 @@ cycle() {
 ulp_pins_ibext() {
 	insmod /ibext/ibext.ko && insmod /ibext/ibext_test_ulp.ko || return 1
 	grep -q " used 64 " $D/rxe0/cq_pools || { cat $D/rxe0/cq_pools; return 1; }
+	grep -q "^srqs [0-9]* srq_size 32 max_srq_size 64 step 32 " $D/rxe0/srq_pool.*/stats ||
+		{ cat $D/rxe0/srq_pool.*/stats; return 1; }
 	grep -q "^srq 0 refs 1 bufs 32 posted 32 " $D/rxe0/srq_pool.*/stats ||
 		{ cat $D/rxe0/srq_pool.*/stats; return 1; }
 	if rmmod ibext 2>/dev/null; then

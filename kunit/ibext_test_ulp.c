@@ -36,6 +36,15 @@ static enum ibext_recv_action ulp_recv_done(struct ib_srq *srq,
 	return IBEXT_RECV_REPOST;
 }
 
+/* Nothing is sent, so nothing presses: counted only to show the C API. */
+static atomic_t ulp_pressure_calls = ATOMIC_INIT(0);
+
+static void ulp_pressure(struct ib_srq *srq, enum ibext_srq_pressure what,
+			 unsigned int posted, void *ctx)
+{
+	atomic_inc(&ulp_pressure_calls);
+}
+
 /* ibext_find_gid() of the GID at index 0 of port 1 returns that very entry. */
 static int ulp_check_gid(struct ib_device *dev)
 {
@@ -63,6 +72,9 @@ static int ulp_add(struct ib_device *dev)
 		.max_sge = 1,
 		.buf_size = 256,
 		.recv_done = ulp_recv_done,
+		/* Room to grow to twice the size: one step of 32. */
+		.max_srq_size = 64,
+		.pressure = ulp_pressure,
 	};
 	struct ulp_dev *ud = kzalloc(sizeof(*ud), GFP_KERNEL);
 	int ret;
