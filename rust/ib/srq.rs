@@ -45,8 +45,11 @@
 use crate::{
     bindings,
     ib::{
-        cq::wait_for_dispatch, fault_point, gid::PerCpuCounters, work::now_ms, Device, DeviceRef,
-        LockClass, RcuGuard,
+        cq::wait_for_dispatch,
+        fault_point,
+        gid::PerCpuCounters,
+        work::{impl_has_delayed_work, now_ms, DelayedRun, DelayedWork},
+        Device, DeviceRef, LockClass, RcuGuard,
     },
     policy::{
         cq_pool::AGE_MS,
@@ -63,7 +66,7 @@ use core::{
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
+use kernel::{c_str, error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
 stat_enum! {
     /// The statistics of a [`RecvSrq`], counted per CPU (the pollers of several CQs, on several
@@ -231,6 +234,10 @@ enum Phase {
 /// - After the allocation is initialized only `bufs` (in drop) is written through `&mut`.
 #[pin_data(PinnedDrop)]
 struct Inner<H: SrqHandler> {
+    /// Growth, shrinking, the freeing of retired steps, and the limit's re-arming. Declared
+    /// first, and cancelled first by the drop.
+    #[pin]
+    maint: DelayedWork<Inner<H>>,
     handler: H,
     stats: PerCpuCounters<{ SrqStat::COUNT }>,
     lkey: u32,
@@ -251,9 +258,6 @@ struct Inner<H: SrqHandler> {
     waited: AtomicBool,
     #[pin]
     phase: Mutex<Phase>,
-    /// Growth, shrinking, the freeing of retired steps, and the limit's re-arming.
-    #[pin]
-    maint: Opaque<bindings::delayed_work>,
     /// Declared before `dev`: buffers are unmapped before the device reference is dropped.
     bufs: KVVec<RecvBuf>,
     raw: NonNull<bindings::ib_srq>,
@@ -288,6 +292,7 @@ impl<H: SrqHandler> RecvSrq<H> {
         static MAINT: LockClass = LockClass::new();
         let inner = KBox::try_pin_init(
             try_pin_init!(&this in Inner {
+                maint <- DelayedWork::new(c_str!("ibext_srq_maint"), &MAINT),
                 handler,
                 stats,
                 lkey: pd.local_dma_lkey(),
@@ -301,15 +306,6 @@ impl<H: SrqHandler> RecvSrq<H> {
                 chunks: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
                 waited: AtomicBool::new(false),
                 phase <- new_mutex!(Phase::Live, "RecvSrq::phase"),
-                // SAFETY: Only initializes the memory it is given; the key is a static.
-                maint <- Opaque::ffi_init(|w| unsafe {
-                    bindings::ibext_shim_init_delayed_work(
-                        w,
-                        Some(maint_work::<H>),
-                        c"ibext_srq_maint".as_ptr().cast(),
-                        MAINT.as_ptr(),
-                    )
-                }),
                 bufs: {
                     let owner = this.as_ptr().cast_const().cast();
                     fill_bufs::<H>(&mut bufs, dev, attr.nr_bufs, attr.buf_size, owner, core::ptr::null())?;
@@ -397,9 +393,8 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// Tests only: runs the maintenance work now and waits for it to finish.
     #[cfg(ibext_kunit)]
     pub(crate) fn test_run_maintenance(&self) {
-        self.0.kick(0);
-        // SAFETY: Initialized in `new`.
-        unsafe { bindings::ibext_shim_flush_delayed_work(self.0.maint.get()) };
+        self.0.maint.kick(0);
+        self.0.maint.flush();
     }
 
     /// Returns the buffers the handler kept and has not given back.
@@ -566,16 +561,14 @@ impl<H: SrqHandler> Inner<H> {
     fn let_go(&self, c: &Chunk) {
         if c.live.fetch_sub(1, Ordering::AcqRel) == 1 {
             // `c` is not touched after the count: the work may free it from now on.
-            self.kick(0);
+            self.kick();
         }
     }
 
-    /// Queues the maintenance work to run in `ms` milliseconds, or sooner if it is queued for
-    /// later (any context).
-    fn kick(&self, ms: u32) {
-        // SAFETY: Initialized in `new`; cancelled in drop after the SRQ (the source of events
-        // and completions that kick it) is destroyed.
-        unsafe { bindings::ibext_shim_mod_delayed_work(self.maint.get(), ms) };
+    /// Runs the maintenance work now (any context). Drop cancels it after the SRQ, the source
+    /// of the events and completions that kick it, is destroyed.
+    fn kick(&self) {
+        self.maint.kick(0);
     }
 
     /// Arms the limit at `limit` (`ib_modify_srq` with `IB_SRQ_LIMIT`; may sleep).
@@ -706,13 +699,9 @@ impl<H: SrqHandler> Inner<H> {
         if self.target.load(Ordering::Acquire) as usize > self.bufs.len() {
             let quiet = now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire));
             let left = AGE_MS.saturating_sub(quiet);
-            // SAFETY: As in `kick`; queues only if not queued already.
-            unsafe {
-                bindings::ibext_shim_queue_delayed_work(
-                    self.maint.get(),
-                    u32::try_from(left.max(1)).unwrap_or(u32::MAX),
-                )
-            };
+            // Queues only if not queued already.
+            self.maint
+                .queue(u32::try_from(left.max(1)).unwrap_or(u32::MAX));
         }
     }
 
@@ -769,10 +758,10 @@ impl<H: SrqHandler> PinnedDrop for Inner<H> {
             // return before this does.
             wait_for_dispatch();
         }
-        // SAFETY: `maint` is initialized; the SRQ raises no event and completes no receive any
-        // more, so nothing queues it again but itself, which cancelling stops, and a run that
-        // is late finds the SRQ not live.
-        unsafe { bindings::ibext_shim_cancel_delayed_work_sync(self.maint.get()) };
+        // The SRQ raises no event and completes no receive any more, so nothing queues the work
+        // again but itself, which cancelling stops; a run that is late finds the SRQ not live.
+        // Before the steps are freed below, which the work frees too.
+        self.maint.cancel_sync();
         if *self.phase.lock() == Phase::Leaked {
             // SAFETY: Nothing is moved out of the pinned allocation: `bufs` is not structurally
             // pinned, and only its heap storage is given up.
@@ -901,28 +890,23 @@ unsafe extern "C" fn srq_event<H: SrqHandler>(ev: *mut bindings::ib_event, ctx: 
         inner.stats.inc(SrqStat::LimitEvents as usize);
         inner.limit_hit.store(true, Ordering::Release);
         // Events may come in atomic context: the work grows and re-arms.
-        inner.kick(0);
+        inner.kick();
     } else {
         inner.stats.inc(SrqStat::Errors as usize);
     }
 }
 
-/// The maintenance work: frees retired steps, grows on a limit event and re-arms the limit,
-/// shrinks once the pressure is gone.
-///
-/// # Safety
-///
-/// Called by the workqueue only, for the `maint` of a live `Inner<H>`.
-unsafe extern "C" fn maint_work<H: SrqHandler>(w: *mut bindings::work_struct) {
-    // SAFETY: `w` is the `work` (first field) of the `delayed_work` in the `maint` field of a
-    // live `Inner<H>`: drop cancels it before freeing.
-    let inner = unsafe {
-        let dw = kernel::container_of!(w, bindings::delayed_work, work);
-        &*kernel::container_of!(dw, Inner<H>, maint)
-    };
-    let phase = inner.phase.lock();
-    if *phase == Phase::Live {
-        inner.maintain();
+impl<H: SrqHandler> DelayedRun for Inner<H> {
+    /// The maintenance work: frees retired steps, grows on a limit event and re-arms the
+    /// limit, shrinks once the pressure is gone; nothing once the SRQ is destroyed.
+    fn run(&self) {
+        let phase = self.phase.lock();
+        if *phase == Phase::Live {
+            self.maintain();
+        }
+        drop(phase);
     }
-    drop(phase);
 }
+
+// `maint` is declared first, and the drop cancels it before anything `run` reads goes.
+impl_has_delayed_work!(impl<H: SrqHandler> Inner<H>, maint);

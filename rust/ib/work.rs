@@ -8,7 +8,7 @@
 //! instead: the object's drop cancels the work and waits for it before anything the work reads
 //! is dropped (see [`HasDelayedWork`]).
 
-use crate::{bindings, ib::LockClass};
+use crate::{bindings, ib::LockClass, warn::warn_on_once};
 use core::marker::PhantomData;
 use kernel::{prelude::*, types::Opaque};
 
@@ -30,17 +30,35 @@ pub(crate) trait DelayedRun: Sync {
 pub(crate) unsafe trait HasDelayedWork: DelayedRun + Sized {
     /// The field's offset.
     const OFFSET: usize;
+
+    /// Returns the field (which also checks its type where the trait is implemented).
+    fn delayed_work(&self) -> &DelayedWork<Self>;
 }
 
-/// Implements [`HasDelayedWork`] for `$t` with its field `$field`, which must be declared
-/// before every field `$t`'s [`DelayedRun::run`] reads (the macro checks the field's type).
+/// Implements [`HasDelayedWork`] for `$t` (optionally generic: `impl<H: Bound> Type<H>`) with
+/// its field `$field`, which must be declared before every field `$t`'s [`DelayedRun::run`]
+/// reads, or be cancelled by `$t`'s own drop first.
 macro_rules! impl_has_delayed_work {
+    (impl<$g:ident: $b:path> $t:ty, $field:ident) => {
+        // SAFETY: `$field` is a `DelayedWork<$t>` (`delayed_work` type-checks it), declared
+        // before what `run` reads or cancelled first (the macro's contract, stated where it is
+        // used).
+        unsafe impl<$g: $b> $crate::ib::work::HasDelayedWork for $t {
+            const OFFSET: usize = ::core::mem::offset_of!($t, $field);
+
+            fn delayed_work(&self) -> &$crate::ib::work::DelayedWork<$t> {
+                &self.$field
+            }
+        }
+    };
     ($t:ty, $field:ident) => {
-        const _: fn(&$t) -> &$crate::ib::work::DelayedWork<$t> = |t| &t.$field;
-        // SAFETY: `$field` is a `DelayedWork<$t>` (checked above), declared before what `run`
-        // reads (the macro's contract, stated where it is used).
+        // SAFETY: As above.
         unsafe impl $crate::ib::work::HasDelayedWork for $t {
             const OFFSET: usize = ::core::mem::offset_of!($t, $field);
+
+            fn delayed_work(&self) -> &$crate::ib::work::DelayedWork<$t> {
+                &self.$field
+            }
         }
     };
 }
@@ -88,6 +106,13 @@ impl<T: HasDelayedWork> DelayedWork<T> {
         unsafe { bindings::ibext_shim_queue_delayed_work(self.dw.get(), ms) }
     }
 
+    /// Queues the work to run in `ms` milliseconds, or moves it there if it is pending for
+    /// later or sooner (`mod_delayed_work`). May be called in any context.
+    pub(crate) fn kick(&self, ms: u32) {
+        // SAFETY: Initialized (type invariant); the holder outlives the work (its drop cancels).
+        unsafe { bindings::ibext_shim_mod_delayed_work(self.dw.get(), ms) };
+    }
+
     /// Cancels the work and waits for a run in progress; may sleep. Returns whether it was
     /// pending.
     pub(crate) fn cancel_sync(&self) -> bool {
@@ -95,7 +120,7 @@ impl<T: HasDelayedWork> DelayedWork<T> {
         unsafe { bindings::ibext_shim_cancel_delayed_work_sync(self.dw.get()) }
     }
 
-    /// Waits for the work to run, if pending, and to finish; may sleep.
+    /// Runs the work now if it is pending, and waits for it to finish; may sleep.
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn flush(&self) -> bool {
         // SAFETY: Initialized (type invariant).
@@ -128,11 +153,19 @@ unsafe extern "C" fn run_delayed<T: HasDelayedWork>(w: *mut bindings::work_struc
     // which is the `dw` of a `DelayedWork<T>` at `T::OFFSET` in a `T` (invariants); the `T` is
     // live, since dropping its `DelayedWork` (declared before what `run` reads) waits for this
     // run to return.
-    let holder = unsafe {
+    let (holder, field) = unsafe {
         let dw = kernel::container_of!(w, bindings::delayed_work, work);
         let field = kernel::container_of!(dw, DelayedWork<T>, dw);
-        &*field.cast::<u8>().sub(T::OFFSET).cast::<T>()
+        (&*field.cast::<u8>().sub(T::OFFSET).cast::<T>(), field)
     };
+    // The offset and the field agree (both come from the macro); a mismatch would be a bug in
+    // it, caught here before the holder is used.
+    if warn_on_once!(
+        !core::ptr::eq(holder.delayed_work(), field),
+        "ibext: a delayed work item's holder is not where its offset says"
+    ) {
+        return;
+    }
     holder.run();
 }
 
