@@ -241,11 +241,9 @@ struct Inner<H: SrqHandler> {
     handler: H,
     stats: PerCpuCounters<{ SrqStat::COUNT }>,
     lkey: u32,
-    /// The limit armed now (a quarter of `target`).
+    /// The limit armed now (a quarter of [`Inner::target`]).
     limit: AtomicU32,
     limit_hit: AtomicBool,
-    /// Managed buffers meant to be posted: those made with the SRQ plus the steps not retiring.
-    target: AtomicU32,
     /// When the last limit event came ([`now_ms`]).
     last_pressure_ms: AtomicU64,
     /// `SrqAttr::step`, `SrqAttr::max_wr` and `SrqAttr::buf_size`.
@@ -298,7 +296,6 @@ impl<H: SrqHandler> RecvSrq<H> {
                 lkey: pd.local_dma_lkey(),
                 limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
-                target: AtomicU32::new(attr.nr_bufs),
                 last_pressure_ms: AtomicU64::new(now_ms()),
                 step: attr.step,
                 max_wr: attr.max_wr,
@@ -382,7 +379,7 @@ impl<H: SrqHandler> RecvSrq<H> {
 
     /// Returns the managed buffers ibext means to keep posted (grown and shrunk).
     pub(crate) fn target(&self) -> u32 {
-        self.0.target.load(Ordering::Acquire)
+        self.0.target()
     }
 
     /// Returns the limit armed now.
@@ -583,6 +580,19 @@ impl<H: SrqHandler> Inner<H> {
         Ok(())
     }
 
+    /// Returns the managed buffers meant to be posted: the SRQ's own and those of the steps not
+    /// retiring.
+    fn target(&self) -> u32 {
+        let steps = self.with_chunks(|c| {
+            if c.retiring.load(Ordering::Acquire) {
+                0
+            } else {
+                c.bufs.len() as u64
+            }
+        });
+        u32::try_from(self.bufs.len() as u64 + steps).unwrap_or(u32::MAX)
+    }
+
     /// Returns the managed buffers held in all (the SRQ's own and every published step's).
     fn held(&self) -> u32 {
         let steps = self.with_chunks(|c| c.bufs.len() as u64);
@@ -611,7 +621,6 @@ impl<H: SrqHandler> Inner<H> {
         fill_bufs::<H>(&mut chunk.bufs, &self.dev, n, self.buf_size, owner, at)?;
         let chunk = KBox::into_raw(chunk);
         slot.store(chunk, Ordering::Release);
-        self.target.fetch_add(n, Ordering::AcqRel);
         // SAFETY: Just published; only this work (under `phase`) frees steps.
         for b in unsafe { &*chunk }.bufs.iter() {
             // A failure lets the buffer go: the step then holds fewer live buffers.
@@ -628,9 +637,7 @@ impl<H: SrqHandler> Inner<H> {
                 continue;
             };
             if !chunk.retiring.swap(true, Ordering::AcqRel) {
-                let n = chunk.bufs.len() as u32;
-                self.target.fetch_sub(n, Ordering::AcqRel);
-                return n;
+                return chunk.bufs.len() as u32;
             }
         }
         0
@@ -680,7 +687,7 @@ impl<H: SrqHandler> Inner<H> {
                 match self.grow(n) {
                     Ok(()) => {
                         self.stats.inc(SrqStat::Grown as usize);
-                        let t = self.target.load(Ordering::Acquire);
+                        let t = self.target();
                         self.handler.pressure(self.srq(), Pressure::Grown, t);
                     }
                     Err(_) => self.stats.inc(SrqStat::Errors as usize),
@@ -691,12 +698,12 @@ impl<H: SrqHandler> Inner<H> {
             // One step per quiet period: the next goes only if the quiet lasts another.
             self.last_pressure_ms.store(now, Ordering::Release);
             self.stats.inc(SrqStat::Shrunk as usize);
-            let t = self.target.load(Ordering::Acquire);
+            let t = self.target();
             self.handler.pressure(self.srq(), Pressure::Shrunk, t);
             self.rearm();
         }
         // While grown, look again once a quiet period could have passed, on the real clock.
-        if self.target.load(Ordering::Acquire) as usize > self.bufs.len() {
+        if self.target() as usize > self.bufs.len() {
             let quiet = now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire));
             let left = AGE_MS.saturating_sub(quiet);
             // Queues only if not queued already.
@@ -721,7 +728,7 @@ impl<H: SrqHandler> Inner<H> {
         let limit = if self.bufs.is_empty() {
             self.limit.load(Ordering::Acquire)
         } else {
-            limit_for(self.target.load(Ordering::Acquire))
+            limit_for(self.target())
         };
         if limit == 0 {
             return;
