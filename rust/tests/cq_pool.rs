@@ -4,7 +4,7 @@
 
 use super::guest::cqp;
 use super::{
-    guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef},
+    guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef, XorShift},
     traffic::Loopback,
 };
 use crate::{
@@ -227,13 +227,8 @@ fn concurrent_get_put() -> TestResult {
     for w in 0..WORKERS {
         let (state, done, errors) = (state.clone(), done.clone(), errors.clone());
         let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
-            let mut seed = 0x9e37_79b9u32.wrapping_mul(w + 1);
-            let mut rnd = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            };
+            let mut rng = XorShift::new(0x9e37_79b9u32.wrapping_mul(w + 1));
+            let mut rnd = move || rng.next();
             let mut held: KVec<PooledCq> = KVec::new();
             for _ in 0..ITERS {
                 if held.len() < 8 && rnd() % 3 != 0 {

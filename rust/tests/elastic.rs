@@ -10,7 +10,7 @@
 //! [`CqPools::age`]: crate::cq_pool::CqPools::age
 
 use super::{
-    guest::{msleep, required, run, short_sleep},
+    guest::{msleep, required, run, short_sleep, XorShift},
     srq::Pd,
     traffic::Loopback,
 };
@@ -24,7 +24,7 @@ use crate::{
     ledger::{self, Kind},
     policy::{cq_pool::AGE_MS, moderation::Moderation},
     srq_pool::{CreateArgs, OwnedSrqPool},
-    tests::hooks::AGING_SHIFT_MS,
+    tests::hooks::a_period_later,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{c_str, fmt, prelude::*, str::CString, sync::Arc, workqueue};
@@ -129,9 +129,7 @@ fn the_aging_work_shrinks_the_pool() -> TestResult {
     drop(held);
     kassert!(pools.aging_pending());
     let aged = pools.aged();
-    AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
-    pools.test_run_aging();
-    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+    a_period_later(|| pools.test_run_aging());
     kassert!(pools.aged() >= aged + 3 * u64::from(vectors));
     for v in 0..vectors {
         kassert_eq!(
@@ -206,13 +204,8 @@ fn aging_races_gets() -> TestResult {
         let (state, done, errors, stop) =
             (state.clone(), done.clone(), errors.clone(), stop.clone());
         let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
-            let mut seed = 0x85eb_ca6bu32.wrapping_mul(w + 1);
-            let mut rnd = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed
-            };
+            let mut rng = XorShift::new(0x85eb_ca6bu32.wrapping_mul(w + 1));
+            let mut rnd = move || rng.next();
             let mut held: [Option<PooledCq>; 6] = core::array::from_fn(|_| None);
             while !stop.load(Ordering::Acquire) {
                 // The kernel does not preempt (PREEMPT_NONE): a worker that never sleeps would

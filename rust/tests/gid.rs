@@ -10,7 +10,7 @@
 //! About 790 lines: the comparison with ib_core over every port, type and netdev, the churn
 //! workers and the benchmark's lookups share the fixtures here.
 
-use super::guest::{msleep, required, run, wait_for, DeviceRef};
+use super::guest::{msleep, required, run, wait_for, DeviceRef, XorShift};
 use crate::ib::gid::NdevPtr;
 use crate::{
     api, bindings,
@@ -386,14 +386,12 @@ struct Tally {
 /// checked, and a few are held while the churn goes on and checked again before they are put
 /// (on the debug kernel, KASAN would see an entry returned without its reference freed).
 fn look(dev: &Device, net: u16, hosts: u16, seed: u32, stop: &AtomicBool, tally: &Tally) {
-    let mut seed = seed | 1;
+    let mut rng = XorShift::new(seed | 1);
     let mut held: [Option<(GidAttr, GidKey)>; 8] = Default::default();
     let stable: KVec<GidAttr> = valid_entries(dev).unwrap_or_default();
     let mut n = 0u64;
     while !stop.load(Ordering::Acquire) || n < 64 {
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
+        let seed = rng.next();
         let is_stable = seed % 4 == 0 && !stable.is_empty();
         let key = if is_stable {
             key_of(&stable[(seed as usize / 4) % stable.len()])

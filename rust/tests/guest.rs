@@ -232,3 +232,24 @@ impl crate::api::PooledCq {
         self.cq().as_raw()
     }
 }
+
+/// A xorshift32 generator for the tests' random workloads: reproducible from its seed, which
+/// must not be 0.
+pub(crate) struct XorShift(u32);
+
+impl XorShift {
+    /// A generator starting from `seed`.
+    pub(crate) fn new(seed: u32) -> Self {
+        XorShift(seed)
+    }
+
+    /// Returns the next value.
+    pub(crate) fn next(&mut self) -> u32 {
+        let mut s = self.0;
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        self.0 = s;
+        s
+    }
+}

@@ -41,3 +41,10 @@ pub(crate) fn aging_now(now_ms: u64) -> Option<u64> {
 
 /// Aging switched off, as before it existed: puts queue no pass (the benchmarks' baseline).
 pub(crate) static AGING_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` with aging's clock one period ahead ([`AGING_SHIFT_MS`]), then holds aging again.
+pub(crate) fn a_period_later(f: impl FnOnce()) {
+    AGING_SHIFT_MS.store(crate::policy::cq_pool::AGE_MS, Ordering::Release);
+    f();
+    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+}

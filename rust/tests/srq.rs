@@ -29,10 +29,9 @@ use crate::{
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
-    policy::cq_pool::AGE_MS,
     policy::moderation::Moderation,
     srq_pool::SrqPool,
-    tests::hooks::{AGING_SHIFT_MS, FAIL_AT},
+    tests::hooks::{a_period_later, FAIL_AT},
     warn::expect_warnings,
 };
 use core::{
@@ -646,6 +645,14 @@ impl Fleet {
         kernel::error::to_result(r)
     }
 
+    /// The engines of the fleet's pooled CQs, for the tests' poller gate.
+    fn engines(&self) -> impl Iterator<Item = &crate::cq_engine::CqEngine> {
+        self.cqs.iter().filter_map(|c| {
+            // SAFETY: The CQs are pooled and held by `self`, so alive while it is borrowed.
+            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
+        })
+    }
+
     /// The pool, for a fleet that receives from one.
     fn pool(&self) -> core::result::Result<&SrqPool, Failed> {
         self.pool.as_ref().map(Pool::get).ok_or(Failed)
@@ -957,9 +964,7 @@ fn srq_grows_under_pressure_and_shrinks() -> TestResult {
     // A pass at the real time retires nothing: the last event was just now.
     pool.test_run_maintenance();
     kassert_eq!(pool.steps().1, 0);
-    AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
-    pool.test_run_maintenance();
-    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+    a_period_later(|| pool.test_run_maintenance());
     kassert_eq!(pool.steps().1, 1);
     kassert_eq!(pool.target(0), Some(48));
     kassert_eq!(f.rx.pressure[2].load(Ordering::Acquire), 1);
@@ -984,15 +989,11 @@ fn srq_grows_under_pressure_and_shrinks() -> TestResult {
     kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
     // One step per quiet period, down to the size the pool was made with.
     for n in 2..=3 {
-        AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
-        pool.test_run_maintenance();
-        AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+        a_period_later(|| pool.test_run_maintenance());
         kassert_eq!(pool.steps().1, n);
     }
     kassert_eq!(pool.target(0), Some(16));
-    AGING_SHIFT_MS.store(AGE_MS, Ordering::Release);
-    pool.test_run_maintenance();
-    AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+    a_period_later(|| pool.test_run_maintenance());
     kassert_eq!(
         pool.steps().1,
         3,
@@ -1017,18 +1018,12 @@ fn ulp_posted_pool_hears_low() -> TestResult {
         64,
     )
     .map_err(|_| Failed)?;
-    let engines = || {
-        f.cqs.iter().filter_map(|c| {
-            // SAFETY: The CQs are pooled and held by `f`.
-            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
-        })
-    };
-    for e in engines() {
+    for e in f.engines() {
         e.test_hold();
     }
     f.post_range(0, 0..PER_QP)?;
     let low = wait_for(20_000, || f.rx.pressure[0].load(Ordering::Acquire) > 0);
-    for e in engines() {
+    for e in f.engines() {
         e.test_release();
     }
     kassert!(low, "no IBEXT_SRQ_LOW with every receive of an SRQ used up");
@@ -1287,13 +1282,7 @@ fn limit_events_are_counted() -> TestResult {
     let pool = f.pool()?;
     kassert_eq!(pool.plan().limit, 4);
     let srq = pool.srq(0).ok_or(Failed)?.as_raw();
-    let engines = || {
-        f.cqs.iter().filter_map(|c| {
-            // SAFETY: The CQs are pooled and held by `f`.
-            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
-        })
-    };
-    kassert_eq!(engines().count(), QPS);
+    kassert_eq!(f.engines().count(), QPS);
     for cycle in 0..CYCLES {
         // Armed where the pool says (4: the pool is capped at its size).
         let armed = wait_for(20_000, || {
@@ -1304,12 +1293,12 @@ fn limit_events_are_counted() -> TestResult {
         });
         kassert!(armed, "cycle {}: the limit is not armed", cycle);
         let events = pool.limit_events();
-        for e in engines() {
+        for e in f.engines() {
             e.test_hold();
         }
         f.post_range(0, cycle * PER_CYCLE..(cycle + 1) * PER_CYCLE)?;
         let hit = wait_for(20_000, || pool.limit_events() > events);
-        for e in engines() {
+        for e in f.engines() {
             e.test_release();
         }
         kassert!(hit, "cycle {}: no limit event with the pollers held", cycle);
