@@ -5,8 +5,9 @@
 //!
 //! Upstream `rdma_find_gid` and `rdma_find_gid_by_port` scan the whole table with `memcmp` under
 //! the table's rwlock, for every lookup; rxe's tables have 1024 entries and `rxe_chk_dgid` does
-//! it for every received packet. Here each port has a *snapshot*: the port's valid entries, an
-//! open-addressing hash over them ([`crate::policy::gid_index`]) and a bitmap of valid indices.
+//! it for every received packet. Here each port has a *snapshot*: an open-addressing hash over
+//! the port's valid entries ([`crate::policy::gid_index`]), each slot holding its entry's key
+//! and table index, and a bitmap of valid indices.
 //! A snapshot is built by a rescan and never changed; a newer one replaces it.
 //!
 //! # Staying right
@@ -45,7 +46,7 @@ use crate::{
         Device, RcuGuard,
     },
     ledger::{Kind, Token},
-    policy::gid_index::{self as policy, Entry, GidKey},
+    policy::gid_index::{self as policy, Entry, GidKey, Slot},
     stats::{stat_enum, Values},
 };
 use core::{
@@ -74,17 +75,15 @@ stat_enum! {
     }
 }
 
-/// One port's snapshot: its valid entries in index order, the hash over them, and the bitmap of
-/// valid indices.
+/// One port's snapshot: the hash over its valid entries, and the bitmap of valid indices.
 ///
 /// # Invariants
 ///
-/// `slots` was filled by [`policy::build`] from `entries`; neither changes after publication.
+/// `slots` was filled by [`policy::build`]; nothing changes after publication.
 struct Snapshot {
     /// The port's event count (`Port::requested`) when the scan began.
     gen: u64,
-    entries: KVec<Entry>,
-    slots: KVec<u32>,
+    slots: KVec<Slot>,
     valid: KVec<u64>,
     _token: Token,
 }
@@ -112,14 +111,13 @@ impl Snapshot {
         let n = policy::slots_for(entries.len());
         let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
-            slots.push(policy::EMPTY, GFP_KERNEL)?;
+            slots.push(Slot::EMPTY, GFP_KERNEL)?;
         }
         policy::build(&entries, &mut slots).map_err(|_| EINVAL)?;
-        // INVARIANT: `slots` was built from `entries` just above.
+        // INVARIANT: `slots` was built just above.
         Ok(KBox::new(
             Snapshot {
                 gen,
-                entries,
                 slots,
                 valid,
                 _token: Token::new(Kind::GidSnapshot),
@@ -318,8 +316,8 @@ impl GidIndex {
             None => stale = true,
             Some(snap) => {
                 snap_gen = snap.gen;
-                for e in policy::lookup(&snap.entries, &snap.slots, key) {
-                    match get_gid_attr(self.device(), p.num, e.index) {
+                for index in policy::lookup(&snap.slots, key) {
+                    match get_gid_attr(self.device(), p.num, index) {
                         Ok(attr) if attr.matches(key, ndev) => {
                             self.inc(Counter::Hits);
                             return Ok(attr);

@@ -47,8 +47,8 @@ fn scan(entries: &[Entry], k: &GidKey) -> Vec<u32> {
         .collect()
 }
 
-fn built(entries: &[Entry]) -> Vec<u32> {
-    let mut slots = vec![0u32; slots_for(entries.len())];
+fn built(entries: &[Entry]) -> Vec<Slot> {
+    let mut slots = vec![Slot::EMPTY; slots_for(entries.len())];
     assert_eq!(build(entries, &mut slots), Ok(()));
     slots
 }
@@ -62,12 +62,12 @@ fn lookup_equals_linear_scan() {
         let entries = table(&mut rng, sz, fill, round % 2 == 0);
         let slots = built(&entries);
         for e in &entries {
-            let got: Vec<u32> = lookup(&entries, &slots, &e.key).map(|m| m.index).collect();
+            let got: Vec<u32> = lookup(&slots, &e.key).collect();
             assert_eq!(got, scan(&entries, &e.key), "round {round}");
         }
         for _ in 0..64 {
             let k = key(&mut rng, round % 2 == 0);
-            let got: Vec<u32> = lookup(&entries, &slots, &k).map(|m| m.index).collect();
+            let got: Vec<u32> = lookup(&slots, &k).collect();
             assert_eq!(got, scan(&entries, &k), "absent key, round {round}");
         }
     }
@@ -80,20 +80,10 @@ fn type_is_part_of_the_key() {
     let v2 = GidKey { gid, gid_type: 2 };
     let entries = [Entry { key: v1, index: 0 }, Entry { key: v2, index: 1 }];
     let slots = built(&entries);
-    assert_eq!(
-        lookup(&entries, &slots, &v1)
-            .map(|e| e.index)
-            .collect::<Vec<_>>(),
-        [0]
-    );
-    assert_eq!(
-        lookup(&entries, &slots, &v2)
-            .map(|e| e.index)
-            .collect::<Vec<_>>(),
-        [1]
-    );
+    assert_eq!(lookup(&slots, &v1).collect::<Vec<_>>(), [0]);
+    assert_eq!(lookup(&slots, &v2).collect::<Vec<_>>(), [1]);
     let v3 = GidKey { gid, gid_type: 1 };
-    assert_eq!(lookup(&entries, &slots, &v3).count(), 0);
+    assert_eq!(lookup(&slots, &v3).count(), 0);
 }
 
 #[test]
@@ -104,7 +94,7 @@ fn empty_table_finds_nothing() {
         gid: [0; 16],
         gid_type: 0,
     };
-    assert_eq!(lookup(&[], &slots, &k).count(), 0);
+    assert_eq!(lookup(&slots, &k).count(), 0);
 }
 
 #[test]
@@ -114,20 +104,38 @@ fn bad_shapes_are_refused() {
         gid_type: 0,
     };
     let entries = [Entry { key: k, index: 3 }; 4];
-    assert_eq!(build(&entries, &mut [0; 4]), Err(BadShape), "no free slot");
     assert_eq!(
-        build(&entries, &mut [0; 6]),
+        build(&entries, &mut [Slot::EMPTY; 4]),
+        Err(BadShape),
+        "no free slot"
+    );
+    assert_eq!(
+        build(&entries, &mut [Slot::EMPTY; 6]),
         Err(BadShape),
         "not a power of two"
     );
-    assert_eq!(build(&entries, &mut [0; 8]), Ok(()));
-    // Slots that `build` did not make find nothing and do not loop.
-    assert_eq!(lookup(&entries, &[0; 6], &k).count(), 0);
+    let empty_index = [Entry {
+        key: k,
+        index: EMPTY,
+    }];
     assert_eq!(
-        lookup(&entries, &[0; 8], &k).count(),
-        8,
-        "a full table still ends"
+        build(&empty_index, &mut [Slot::EMPTY; 8]),
+        Err(BadShape),
+        "an index that marks an empty slot"
     );
+    let mut slots = [Slot::EMPTY; 8];
+    assert_eq!(build(&entries, &mut slots), Ok(()));
+    assert_eq!(lookup(&slots, &k).collect::<Vec<_>>(), [3, 3, 3, 3]);
+    // Slots that `build` did not make find nothing and do not loop.
+    assert_eq!(lookup(&[Slot::EMPTY; 6], &k).count(), 0);
+    assert_eq!(lookup(&[Slot::EMPTY; 1], &k).count(), 0);
+    let mut full = [Slot::EMPTY; 8];
+    assert_eq!(build(&[Entry { key: k, index: 3 }; 7], &mut full), Ok(()));
+    let mut full_too = full;
+    // The last free slot taken by hand: a table `build` never makes, still ends.
+    let free = full.iter().position(|s| s.index().is_none()).unwrap();
+    full_too[free] = full[(free + 1) % 8];
+    assert_eq!(lookup(&full_too, &k).count(), 8, "a full table still ends");
 }
 
 #[test]
@@ -149,10 +157,10 @@ fn probes_stay_short_for_one_prefix() {
     let mask = slots.len() - 1;
     let (mut worst, mut total) = (0, 0);
     for e in &entries {
-        let home = (hash(&e.key) as usize) & mask;
+        let home = home(&e.key, slots.len());
         let at = slots
             .iter()
-            .position(|&p| p != EMPTY && entries[p as usize] == *e)
+            .position(|s| s.index() == Some(e.index))
             .unwrap();
         let probe = (at + slots.len() - home) & mask;
         worst = worst.max(probe);

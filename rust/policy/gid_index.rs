@@ -29,8 +29,34 @@ pub(crate) struct Entry {
     pub(crate) index: u32,
 }
 
-/// A slot of the hash table that holds no entry.
+/// A slot of the hash table: an entry's key and table index inline, so that a probe reads one
+/// slot and no second array; or no entry ([`Slot::EMPTY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    key: GidKey,
+    /// The entry's index in the port's table, or [`EMPTY`].
+    index: u32,
+}
+
+/// The `index` of a slot that holds no entry (no table has `u32::MAX` entries).
 pub(crate) const EMPTY: u32 = u32::MAX;
+
+impl Slot {
+    /// A slot that holds no entry.
+    pub(crate) const EMPTY: Slot = Slot {
+        key: GidKey {
+            gid: [0; 16],
+            gid_type: 0,
+        },
+        index: EMPTY,
+    };
+
+    /// Returns the table index of the entry in this slot, if it holds one.
+    #[cfg_attr(not(test), expect(dead_code, reason = "used by the host tests only"))]
+    pub(crate) fn index(&self) -> Option<u32> {
+        (self.index != EMPTY).then_some(self.index)
+    }
+}
 
 /// Returns the number of hash slots for `n` entries: the smallest power of two that is at least
 /// `2 * n` and at least 8, so the load factor stays at or below 1/2 and probes stay short.
@@ -38,10 +64,14 @@ pub(crate) fn slots_for(n: usize) -> usize {
     n.saturating_mul(2).max(8).next_power_of_two()
 }
 
-/// Returns the hash of `key`: the GID's two halves and the type, mixed by one multiply.
+/// Returns the hash of `key`: the GID's two halves and the type folded into one word, then one
+/// multiply by 2^64 / φ (Fibonacci hashing); [`home`] takes the product's high bits.
 ///
 /// GIDs of one port often differ only in a few bytes (the interface identifier, or the last
-/// octets of an address range), so every byte reaches the high bits that pick the slot.
+/// octets of an address range: the high bytes of the second half, read little-endian). The
+/// rotation moves those to the low half of the word, and the product's high bits depend on every
+/// bit of it. The lookup is on the GID cache's hot path, where the murmur3 finalizer's three
+/// multiplies cost a sixth of ibext's own instructions (issue 17).
 pub(crate) fn hash(key: &GidKey) -> u64 {
     let mut lo = [0u8; 8];
     let mut hi = [0u8; 8];
@@ -49,93 +79,89 @@ pub(crate) fn hash(key: &GidKey) -> u64 {
     hi.copy_from_slice(&key.gid[8..]);
     let a = u64::from_le_bytes(lo);
     let b = u64::from_le_bytes(hi);
-    // murmur3's 64-bit finalizer over the two halves and the type.
-    let mut x = a.wrapping_mul(0x87c3_7b91_1142_53d5)
-        ^ b.rotate_left(31)
-        ^ u64::from(key.gid_type).wrapping_mul(0x4cf5_ad43_2745_937f);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
+    (a.rotate_left(17) ^ b.rotate_left(32) ^ u64::from(key.gid_type))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Returns the home slot of `key` in a table of `n` slots (a power of two, at least 2): the
+/// hash's top `log2(n)` bits.
+pub(crate) fn home(key: &GidKey, n: usize) -> usize {
+    (hash(key) >> (64 - n.trailing_zeros())) as usize
 }
 
 /// The index could not be built: the slots are too few or not a power of two, or an entry's
-/// position does not fit in a slot.
+/// table index is [`EMPTY`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BadShape;
 
-/// Fills `slots` with the positions in `entries` of every entry, by linear probing.
+/// Fills `slots` with every entry, by linear probing.
 ///
 /// `slots.len()` must be a power of two greater than `entries.len()` ([`slots_for`] gives one).
 /// Entries are inserted in order, so entries with the same key are met by [`lookup`] in the
 /// order they have in `entries`: by table index if `entries` is.
-pub(crate) fn build(entries: &[Entry], slots: &mut [u32]) -> Result<(), BadShape> {
+pub(crate) fn build(entries: &[Entry], slots: &mut [Slot]) -> Result<(), BadShape> {
     let n = slots.len();
-    if !n.is_power_of_two() || n <= entries.len() || entries.len() >= EMPTY as usize {
+    if !n.is_power_of_two() || n < 2 || n <= entries.len() {
         return Err(BadShape);
     }
-    slots.fill(EMPTY);
+    if entries.iter().any(|e| e.index == EMPTY) {
+        return Err(BadShape);
+    }
+    slots.fill(Slot::EMPTY);
     let mask = n - 1;
-    for (pos, e) in entries.iter().enumerate() {
-        let mut s = (hash(&e.key) as usize) & mask;
-        while slots[s] != EMPTY {
+    for e in entries {
+        let mut s = home(&e.key, n);
+        while slots[s].index != EMPTY {
             s = (s + 1) & mask;
         }
-        // `pos < entries.len() < EMPTY`, checked above.
-        slots[s] = pos as u32;
+        slots[s] = Slot {
+            key: e.key,
+            index: e.index,
+        };
     }
     Ok(())
 }
 
-/// The entries with one key, in the order [`build`] inserted them.
+/// The table indices of the entries with one key, in the order [`build`] inserted them.
 pub(crate) struct Matches<'a> {
-    entries: &'a [Entry],
-    slots: &'a [u32],
-    key: GidKey,
+    slots: &'a [Slot],
+    key: &'a GidKey,
     slot: usize,
     /// Slots left to look at: a full table (which [`build`] never makes) still ends.
     left: usize,
 }
 
 impl Iterator for Matches<'_> {
-    type Item = Entry;
+    type Item = u32;
 
-    fn next(&mut self) -> Option<Entry> {
+    fn next(&mut self) -> Option<u32> {
         let mask = self.slots.len().wrapping_sub(1);
         while self.left > 0 {
-            let pos = self.slots[self.slot];
-            if pos == EMPTY {
+            let s = self.slots.get(self.slot)?;
+            if s.index == EMPTY {
                 self.left = 0;
                 return None;
             }
             self.slot = (self.slot + 1) & mask;
             self.left -= 1;
-            if let Some(e) = self.entries.get(pos as usize) {
-                if e.key == self.key {
-                    return Some(*e);
-                }
+            if s.key == *self.key {
+                return Some(s.index);
             }
         }
         None
     }
 }
 
-/// Returns the entries with `key`, from an index [`build`] made of `entries` and `slots`.
-pub(crate) fn lookup<'a>(entries: &'a [Entry], slots: &'a [u32], key: &GidKey) -> Matches<'a> {
+/// Returns the table indices of the entries with `key`, from `slots` as [`build`] made them.
+pub(crate) fn lookup<'a>(slots: &'a [Slot], key: &'a GidKey) -> Matches<'a> {
     let n = slots.len();
-    let slot = if n.is_power_of_two() {
-        (hash(key) as usize) & (n - 1)
-    } else {
-        0
-    };
+    // Not a power of two of at least 2: not from `build`; find nothing.
+    let ok = n.is_power_of_two() && n >= 2;
     Matches {
-        entries,
         slots,
-        key: *key,
-        slot,
-        // Not a power of two: not from `build`; find nothing.
-        left: if n.is_power_of_two() { n } else { 0 },
+        key,
+        slot: if ok { home(key, n) } else { 0 },
+        left: if ok { n } else { 0 },
     }
 }
 
