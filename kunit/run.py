@@ -238,6 +238,10 @@ def boot(args, flavour, kdir, cpio, log_path):
     cmd = ["qemu-system-x86_64", *accel, "-m", "2048", "-smp", str(smp),
            "-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
            "-kernel", bzimage, "-initrd", cpio, "-append", " ".join(a for a in append if a)]
+    if args.gdb:
+        # QEMU's gdbstub on :1234, and the kernel where System.map says (scripts/insn-profile.py).
+        cmd += ["-s"]
+        cmd[cmd.index("-append") + 1] += " nokaslr"
     start = time.monotonic()
     timed_out = None
     # `make run` shows the guest from /init on; the boot messages stay in the log.
@@ -589,6 +593,8 @@ def main():
     ap.add_argument("--suite", default="")
     ap.add_argument("--out", default=os.path.join(TOP, "build"))
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--gdb", action="store_true",
+                    help="QEMU's gdbstub on :1234 and no KASLR, for scripts/insn-profile.py")
     ap.add_argument("--host-log", help="cargo test output to add to the totals")
     ap.add_argument("--stress", action="store_true",
                     help="run a CPU hog on every host core while the guests run (STRESS=1)")
