@@ -34,6 +34,7 @@ METRICS = {
     "defer_asked_us", "defer_waited_us", "ns_per_lookup", "lookups", "recv_bytes",
     "iops", "clat_p99_us", "events_per_io", "target_recv_bytes",
     "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
+    "drain_ns", "ns_per_completion",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -141,6 +142,8 @@ def _table_sizes(cases):
 GOALS = [
     Goal("CQ pool ops/s, ibext / upstream's pool", "cq_pool", "ops_per_s",
          "ibext_pool", "upstream_pool", "ge", 1.0),
+    Goal("CQ drain time (engine, driver, callbacks), ibext / upstream's pool", "cq_drain",
+         "drain_ns", "ibext_pool", "upstream_pool", "le", 1.0),
     Goal("CQ pool ops/s, aging on / aging off", "cq_aging_ops", "ops_per_s",
          "ibext_pool", "ibext_pool_aging_off", "ge", 0.98),
     Goal("Resident CQs after a 64-QP burst, ibext / the floor (1 per used vector)",

@@ -131,6 +131,7 @@ unsigned int ibext_test_set_fail_nth(unsigned int n);
 void ibext_test_text_range(unsigned long *start, unsigned long *end);
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
+void ibext_test_in_bh(void (*fn)(void *), void *arg);
 s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name);
 void ibext_test_upstream_pool_resident(struct ib_device *dev,
 				       enum ib_poll_context ctx, u32 *cqs,

@@ -19,6 +19,7 @@
 
 use super::guest::cqp;
 use super::{
+    drain::cq_drain_bench,
     gid::gid_bench,
     guest::DeviceRef,
     srq::srq_bench,
@@ -588,6 +589,7 @@ kunit_suite!(
         cq_aging_more_bench,
         cq_aging_ops_bench,
         cq_pool_bench,
+        cq_drain_bench,
         dim_bench,
         gid_bench,
         srq_bench

@@ -8,6 +8,7 @@
 mod bench;
 mod cq_pool;
 mod dim;
+mod drain;
 mod elastic;
 mod faults;
 mod gid;

@@ -11,6 +11,7 @@
  * destination.
  */
 #include <linux/delay.h>
+#include <linux/bottom_half.h>
 #include <linux/etherdevice.h>
 #include <linux/netdevice.h>
 #include <linux/module.h>
@@ -320,4 +321,16 @@ int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth)
 u32 ibext_test_wc_imm(const struct ib_wc *wc)
 {
 	return be32_to_cpu(wc->ex.imm_data);
+}
+
+/*
+ * Calls @fn(@arg) with bottom halves disabled: softirqs it raises on this CPU
+ * (irq_poll's, for a CQ's pass) run in the local_bh_enable() that follows,
+ * before this returns.
+ */
+void ibext_test_in_bh(void (*fn)(void *), void *arg)
+{
+	local_bh_disable();
+	fn(arg);
+	local_bh_enable();
 }
