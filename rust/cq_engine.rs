@@ -337,6 +337,7 @@ struct Poller<'a, 'b> {
 }
 
 impl engine::Cq for Poller<'_, '_> {
+    #[inline(always)]
     fn poll(&mut self, max: u32) -> u32 {
         self.ctl.poll(max)
     }

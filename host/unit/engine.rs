@@ -295,7 +295,7 @@ fn an_exactly_full_pass_polls_once_more_before_rearming() {
 
 #[test]
 fn polls_in_batches_within_the_budget() {
-    for budget in [1, 15, 16, 17, 100, 256] {
+    for budget in [1, 15, 16, 17, 63, 64, 65, 100, 256] {
         let mut sim = Sim::new(Moderation::None, budget);
         sim.cq.arrive(300);
         sim.settle();
@@ -311,15 +311,20 @@ fn a_cq_that_reports_too_many_cannot_break_the_budget() {
     cq.over_report = 100;
     cq.arrive(5);
     let mut stats = PassStats::default();
+    let budget = 2 * POLL_BATCH + POLL_BATCH / 2;
     let r = run_pass(
         &mut cq,
         Moderation::None,
         &mut ModState::default(),
-        40,
+        budget,
         &mut stats,
     );
-    assert!(r.completed <= 40, "{} of a budget of 40", r.completed);
-    assert_eq!(cq.polls, [16, 16, 8]);
+    assert!(
+        r.completed <= budget,
+        "{} of a budget of {budget}",
+        r.completed
+    );
+    assert_eq!(cq.polls, [POLL_BATCH, POLL_BATCH, POLL_BATCH / 2]);
 }
 
 #[test]

@@ -37,6 +37,23 @@ use kernel::{str::CStr, types::Opaque};
 /// The size of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
 pub(crate) const DEVICE_NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 
+/// A driver's CQ verbs, read once from its `ib_device_ops` ([`Device::cq_ops`]), so that a
+/// pass calls the driver as `ib_poll_cq` does, without a C call around each call.
+#[derive(Clone, Copy)]
+pub(crate) struct CqOps {
+    /// `ops.poll_cq`.
+    pub(crate) poll: unsafe extern "C" fn(
+        *mut bindings::ib_cq,
+        core::ffi::c_int,
+        *mut bindings::ib_wc,
+    ) -> core::ffi::c_int,
+    /// `ops.req_notify_cq`.
+    pub(crate) notify: unsafe extern "C" fn(
+        *mut bindings::ib_cq,
+        bindings::ib_cq_notify_flags,
+    ) -> core::ffi::c_int,
+}
+
 /// A registered RDMA device, `struct ib_device`.
 ///
 /// # Invariants
@@ -109,6 +126,19 @@ impl Device {
     pub(crate) fn has_modify_cq(&self) -> bool {
         // SAFETY: The ops are set before registration and constant while registered.
         unsafe { (*self.as_raw()).ops.modify_cq.is_some() }
+    }
+
+    /// Returns the driver's `poll_cq` and `req_notify_cq`: what 6.12's `ib_poll_cq` and
+    /// `ib_req_notify_cq` (static inlines in `include/rdma/ib_verbs.h`) call through
+    /// `cq->device->ops`. Both are mandatory (`ib_device_check_mandatory()`, device.c), so `None`
+    /// only for a device that skipped registration's checks.
+    pub(crate) fn cq_ops(&self) -> Option<CqOps> {
+        // SAFETY: The ops are set before registration and constant while registered.
+        let ops = unsafe { &(*self.as_raw()).ops };
+        Some(CqOps {
+            poll: ops.poll_cq?,
+            notify: ops.req_notify_cq?,
+        })
     }
 
     /// Returns the number of completion vectors ibext spreads CQs over:

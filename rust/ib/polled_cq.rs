@@ -29,7 +29,7 @@ use crate::{
             comp_queue, wait_for_handlers, CqPtr, PollCtx, BUDGET_SOFTIRQ, BUDGET_WORKQUEUE,
             POLL_BATCH,
         },
-        dim, init_work, Device, LockClass,
+        dim, init_work, CqOps, Device, LockClass,
     },
     warn::warn_on_once,
 };
@@ -96,6 +96,8 @@ pub(crate) struct PolledCq<H: Handler> {
     #[pin]
     dim: Opaque<bindings::dim>,
     wc: Opaque<[bindings::ib_wc; POLL_BATCH]>,
+    /// The driver's `poll_cq` and `req_notify_cq`, those of the device the CQ is on.
+    ops: CqOps,
     poller: Opaque<H::PollerState>,
     dying: AtomicBool,
     handler: H,
@@ -123,6 +125,7 @@ impl<H: Handler> PolledCq<H> {
         ctx: PollCtx,
         handler: H,
     ) -> Result<OwnedPolledCq<H>> {
+        let ops = dev.cq_ops().ok_or_else(super::verbs::eopnotsupp)?;
         let this = KBox::pin_init(
             pin_init!(Self {
                 cq: AtomicPtr::new(core::ptr::null_mut()),
@@ -144,6 +147,7 @@ impl<H: Handler> PolledCq<H> {
                 }),
                 dim <- dim::new_dim(Self::dim_work_fn, c"ibext_cq_dim", &DIM_CLASS),
                 wc: Opaque::uninit(),
+                ops,
                 poller: Opaque::new(H::PollerState::default()),
                 dying: AtomicBool::new(false),
                 handler,
@@ -184,10 +188,8 @@ impl<H: Handler> PolledCq<H> {
         }
         let owned = OwnedPolledCq(Some(this));
         // The first completion raises an event. Missed ones cannot exist yet.
-        // SAFETY: The CQ is alive.
-        unsafe {
-            bindings::ibext_shim_req_notify_cq(cq, bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP)
-        };
+        // SAFETY: The CQ is alive, and `notify` is its device's.
+        unsafe { (ops.notify)(cq, bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP) };
         Ok(owned)
     }
 
@@ -410,13 +412,18 @@ pub(crate) struct PassCtl<'a, H: Handler> {
 impl<H: Handler> PassCtl<'_, H> {
     /// Polls at most `max` completions (at most [`POLL_BATCH`]) and hands each to its
     /// `wr_cqe->done`; returns how many.
+    ///
+    /// Inlined into the pass, as `__ib_process_cq`'s loop is one function: a call per batch
+    /// cost more than the batch's own bookkeeping (issue 17).
+    #[inline(always)]
     pub(crate) fn poll(&mut self, max: u32) -> u32 {
         let cq = self.cq.raw();
         let wcs = self.cq.wc.get().cast::<bindings::ib_wc>();
         let want = max.min(POLL_BATCH as u32);
-        // SAFETY: The CQ is alive and `wcs` holds `POLL_BATCH >= want` entries that only this
-        // poller uses (type invariants).
-        let n = unsafe { bindings::ibext_shim_poll_cq(cq, want as c_int, wcs) };
+        // SAFETY: The CQ is alive, `poll` is its device's `poll_cq` (what `ib_poll_cq` calls),
+        // and `wcs` holds `POLL_BATCH >= want` entries that only this poller uses (type
+        // invariants).
+        let n = unsafe { (self.cq.ops.poll)(cq, want as c_int, wcs) };
         // A negative return is the driver's error; the pass ends as if the CQ were empty.
         let n = u32::try_from(n).unwrap_or(0).min(want);
         for i in 0..n as usize {
@@ -431,8 +438,9 @@ impl<H: Handler> PassCtl<'_, H> {
     pub(crate) fn rearm(&mut self) -> bool {
         const FLAGS: bindings::ib_cq_notify_flags = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP
             | bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
-        // SAFETY: The CQ is alive (type invariant).
-        unsafe { bindings::ibext_shim_req_notify_cq(self.cq.raw(), FLAGS) > 0 }
+        // SAFETY: The CQ is alive (type invariant), and `notify` is its device's
+        // `req_notify_cq` (what `ib_req_notify_cq` calls).
+        unsafe { (self.cq.ops.notify)(self.cq.raw(), FLAGS) > 0 }
     }
 
     /// Whether this pass runs as irq_poll's poll function (softirq context).
@@ -462,9 +470,10 @@ impl<H: Handler> PassCtl<'_, H> {
 /// # Safety
 ///
 /// `cq` is alive and `wc` is a completion just polled from it.
+#[inline(always)]
 unsafe fn dispatch(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: `wc` is valid (caller contract); ULPs of the pool set `wr_cqe`, not `wr_id`.
-    let (cqe, status) = unsafe { ((*wc).__bindgen_anon_1.wr_cqe, (*wc).status) };
+    let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
     if let Some(cqe) = NonNull::new(cqe) {
         // SAFETY: A non-null `wr_cqe` is the ULP's live `ib_cqe` for this work request.
         if let Some(done) = unsafe { (*cqe.as_ptr()).done } {
@@ -473,6 +482,21 @@ unsafe fn dispatch(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
             return;
         }
     }
+    // SAFETY: As above.
+    unsafe { no_done(wc) };
+}
+
+/// A completion without `wr_cqe->done`: out of the per-completion path, so that the loop does
+/// not load the status for every completion.
+///
+/// # Safety
+///
+/// `wc` is a completion just polled.
+#[cold]
+#[inline(never)]
+unsafe fn no_done(wc: *mut bindings::ib_wc) {
+    // SAFETY: `wc` is valid (caller contract).
+    let status = unsafe { (*wc).status };
     // Flushed work requests may carry no wr_cqe; a successful one must.
     warn_on_once!(
         status == bindings::ib_wc_status_IB_WC_SUCCESS,
