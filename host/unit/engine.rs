@@ -328,6 +328,30 @@ fn a_cq_that_reports_too_many_cannot_break_the_budget() {
 }
 
 #[test]
+fn a_poll_that_finds_an_upstream_batch_polls_again() {
+    for (waiting, polls) in [
+        (POLL_AGAIN_AT - 1, 1),
+        (POLL_AGAIN_AT, 2),
+        (POLL_AGAIN_AT + 4, 2),
+        (POLL_BATCH + 1, 2),
+        (POLL_BATCH + POLL_AGAIN_AT, 3),
+    ] {
+        let mut cq = FakeCq::default();
+        cq.arrive(waiting);
+        let mut stats = PassStats::default();
+        let r = run_pass(
+            &mut cq,
+            Moderation::None,
+            &mut ModState::default(),
+            256,
+            &mut stats,
+        );
+        assert_eq!(r.completed, waiting);
+        assert_eq!(cq.polls.len(), polls, "{waiting} waiting: {:?}", cq.polls);
+    }
+}
+
+#[test]
 fn no_moderation_feeds_no_dim() {
     let mut sim = Sim::new(Moderation::None, 256);
     sim.cq.arrive(50);
