@@ -371,6 +371,15 @@ impl Core {
         }
     }
 
+    /// Tests only: one maintenance pass of every SRQ, a quiet period from now (see
+    /// `RecvSrq::test_maintain_a_period_later`).
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_maintain_a_period_later(&self) {
+        for s in self.srqs.iter() {
+            s.test_maintain_a_period_later();
+        }
+    }
+
     /// Returns the plan the pool was made by.
     #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
     pub(crate) fn plan(&self) -> Plan {

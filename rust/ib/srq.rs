@@ -394,6 +394,18 @@ impl<H: SrqHandler> RecvSrq<H> {
         self.0.maint.flush();
     }
 
+    /// Tests only: one maintenance pass with aging's clock a period ahead, run here under
+    /// `phase`. The work takes `phase` too, so no run of it reads the shifted clock: a run in
+    /// progress when the clock moved would shrink a second step in the same period.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_maintain_a_period_later(&self) {
+        let phase = self.0.phase.lock();
+        if *phase == Phase::Live {
+            crate::tests::hooks::a_period_later(|| self.0.maintain());
+        }
+        drop(phase);
+    }
+
     /// Returns the buffers the handler kept and has not given back.
     pub(crate) fn kept(&self) -> u64 {
         self.stat(SrqStat::Kept)
