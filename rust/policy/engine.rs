@@ -23,9 +23,11 @@ use super::moderation::{end_of_pass, ModState, Moderation, Pass, PassEnd};
 /// Completions polled per `ib_poll_cq` call: 64, NAPI's default weight, where upstream's
 /// `IB_POLL_BATCH` is 16.
 ///
-/// Each call takes the driver's CQ lock (rxe, mlx5), so a pass of `n >= 16` completions makes
-/// `n / 64 + 2` calls instead of `n / 16 + 1`. The array is the CQ's own (4.5 KiB of `ib_wc`),
-/// and a pooled CQ serves many QPs. Issue 17's drain benchmark measures the difference.
+/// Each call takes the driver's CQ lock (rxe, mlx5). A pass of `n` completions makes
+/// `n / 64 + 1` calls, one more if the last `n % 64` are 16 or more ([`POLL_AGAIN_AT`]), where
+/// upstream makes `n / 16 + 1`: 2 against 2 for 16, 3 against 9 for 128. The array is the
+/// CQ's own (4.5 KiB of `ib_wc`), and a pooled CQ serves many QPs. Issue 17's drain benchmark
+/// measures the difference.
 pub(crate) const POLL_BATCH: u32 = 64;
 
 /// A poll that found at least this many completions is followed by another, even if it found
