@@ -982,8 +982,8 @@ fn srq_grows_under_pressure_and_shrinks() -> TestResult {
         pool.buffer_bytes()
     );
     // The run that freed it may still be finishing (its grace period); the passes a period
-    // later below run under `phase`, so it cannot see their clock (it did, once, on the debug
-    // kernel: a second step retired in one period).
+    // later below run under `phase`, so it cannot see their clock (once, on the debug kernel,
+    // a second step retired in one such period, likely that way).
     pool.test_run_maintenance();
     kassert_eq!(pool.posted(), 48);
     kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
