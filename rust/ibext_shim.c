@@ -51,16 +51,6 @@ void ibext_shim_warn(const char *file, int line, const char *msg)
 	WARN(1, "ibext: %s at %s:%d\n", msg, file, line);
 }
 
-int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
-{
-	return ib_poll_cq(cq, num_entries, wc);
-}
-
-int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-	return ib_req_notify_cq(cq, flags);
-}
-
 /*
  * A pooled CQ is marked shared, as ib_core marks its own pooled CQs: 6.12's
  * ib_destroy_cq_user() then warns and refuses (-EOPNOTSUPP).  ibext clears

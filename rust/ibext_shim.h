@@ -34,8 +34,6 @@ unsigned int ibext_shim_num_online_cpus(void);
 void ibext_shim_warn(const char *file, int line, const char *msg);
 
 /* ib_verbs.h static inlines */
-int ibext_shim_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
-int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 void ibext_shim_cq_set_pooled(struct ib_cq *cq, bool pooled);
 bool ibext_shim_cq_is_pooled(struct ib_cq *cq);
 void ibext_shim_cq_set_used(struct ib_cq *cq, unsigned int used);
@@ -119,6 +117,7 @@ u32 ibext_test_qp_num(struct ib_qp *qp);
 int ibext_test_connect_self(struct ib_qp *qp);
 int ibext_test_qp_to_error(struct ib_qp *qp);
 int ibext_test_peek_cq(struct ib_cq *cq, int n);
+int ibext_test_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc);
 int ibext_test_srq_limit(struct ib_srq *srq);
 u64 ibext_test_dma_map(struct ib_device *dev, void *buf, size_t len);
 void ibext_test_dma_unmap(struct ib_device *dev, u64 addr, size_t len);

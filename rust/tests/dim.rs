@@ -459,7 +459,7 @@ fn legacy_ulp_traffic() -> TestResult {
         // The ULP's poll loop: poll a batch, dispatch it, sample DIM.
         let mut poll = || {
             // SAFETY: `cq` is live and `wcs` holds 16 entries.
-            let n = unsafe { bindings::ibext_shim_poll_cq(cq, 16, wcs.as_mut_ptr()) };
+            let n = unsafe { bindings::ibext_test_poll_cq(cq, 16, wcs.as_mut_ptr()) };
             let n = u32::try_from(n).unwrap_or(0);
             for wc in wcs.iter_mut().take(n as usize) {
                 // SAFETY: A completion of the loopback's work requests: its `wr_cqe` is a live

@@ -147,6 +147,12 @@ int ibext_test_peek_cq(struct ib_cq *cq, int n)
 	return cq->device->ops.peek_cq(cq, n);
 }
 
+/* ib_poll_cq(), as a ULP that polls its own CQ calls it. */
+int ibext_test_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
+{
+	return ib_poll_cq(cq, num_entries, wc);
+}
+
 /* The SRQ limit the device has armed now (0: none), or a negative errno. */
 int ibext_test_srq_limit(struct ib_srq *srq)
 {
