@@ -471,8 +471,9 @@ impl Drop for Fleet {
             // SAFETY: As above.
             unsafe { bindings::ibext_test_dma_unmap(self.dev, slot.dma, slot.buf.len()) };
         }
-        // The order the fields had when the checker and the PD were plain fields: CQs, the pool
-        // (already gone unless the test never made one or destroyed it), then the two.
+        // CQs, then the pool (already gone unless the test never made one or destroyed it),
+        // then the two, as when they were plain fields. The fields dropped after them (send
+        // contexts, buffers, slots) use neither.
         drop(core::mem::replace(&mut self.cqs, KVec::new()));
         drop(self.pool.take());
         // SAFETY: Dropped once, here, and not used after: nothing made on the PD is left, and
