@@ -9,8 +9,8 @@
 //!
 //! - a completion event only counts and schedules a pass (the driver may call it in hard-IRQ
 //!   context, or, for rxe, with the CQ's spinlock held and interrupts off);
-//! - a pass is `policy::engine::run_pass`, pure code that the host tests drive with a fake CQ;
-//!   [`Poller`] is its `Cq` for a pooled CQ: `ib_poll_cq` in batches with every completion
+//! - a pass is `policy::engine::poll_pass` then, as its tail, `end_pass`: pure code that the
+//!   host tests drive with a fake CQ; [`Poller`] is its `Cq` for a pooled CQ: `ib_poll_cq` in batches with every completion
 //!   handed to its `wr_cqe->done`, up to the context's budget; a re-arm with
 //!   `IB_CQ_REPORT_MISSED_EVENTS` (another pass if completions were missed: the race-free loop
 //!   from the IB/srp thread); staying in polling mode without re-arming after a pass that used
@@ -23,13 +23,13 @@
 use crate::{
     ib::{
         dim,
-        polled_cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
+        polled_cq::{self, Handler, OwnedPolledCq, PassCtl, PolledCq},
         Device,
     },
     ledger::{Kind, Token},
     policy::{
         engine::{self, PassStats},
-        moderation::{ModState, Moderation},
+        moderation::{ModState, Moderation, PassEnd},
     },
     stats::{stat_enum, Counters, Values},
 };
@@ -42,13 +42,21 @@ use core::{
 use kernel::{prelude::*, time::Ktime};
 
 #[cfg(ibext_kunit)]
+pub(crate) use crate::ib::cq::wait_for_handlers;
+pub(crate) use crate::ib::cq::PollCtx;
+#[cfg(ibext_kunit)]
 pub(crate) use crate::ib::cq::BUDGET_SOFTIRQ;
-pub(crate) use crate::ib::cq::{wait_for_handlers, PollCtx};
 
 /// A pooled CQ: the polled CQ with the engine as its handler.
 pub(crate) type CqEngine = PolledCq<EngineState>;
 /// An owned pooled CQ; dropping it stops the engine and destroys the CQ.
 pub(crate) type OwnedCq = OwnedPolledCq<EngineState>;
+
+/// Stops every callback of the given pooled CQs before they are dropped, with one wait of each
+/// kind for all of them (`ib::polled_cq::quiesce`).
+pub(crate) fn quiesce<'a>(cqs: impl Iterator<Item = &'a OwnedCq> + Clone) {
+    polled_cq::quiesce(cqs);
+}
 
 /// The tests' gate on a CQ's passes (see `CqEngine::test_hold`): open, held, held with a pass
 /// wanted.
@@ -117,9 +125,9 @@ stat_enum! {
         /// Microseconds from starting the timer to its callback, summed: how closely the timer
         /// follows the profile (under TCG, not closely).
         DeferredWaitedUs => "deferred_waited_us",
-        /// Microseconds the software-moderation timer was asked to wait, summed (the poller).
+        /// Microseconds the software-moderation timer was asked to wait, summed (a pass's tail).
         DeferredAskedUs => "deferred_asked_us",
-        /// Re-arms that reported missed completions (another pass followed at once; the poller).
+        /// Re-arms that reported missed completions (another pass followed at once; a pass's tail).
         MissedAtRearm => "missed_at_rearm",
     }
 }
@@ -127,15 +135,15 @@ stat_enum! {
 /// The counters of one pooled CQ.
 type CqStats = Counters<CqStat, { CqStat::COUNT }>;
 
-/// Adds one pass's counters. Only the poller writes these (one pass at a time), so a load and a
-/// store suffice: no read-modify-write on the completion path.
+/// Adds one pass's counters, before the pass leaves the poll list. Only the poller writes these
+/// (one pass at a time), so a load and a store suffice: no read-modify-write on the completion
+/// path. Missed completions at re-arm are counted by the pass's tail, atomically.
 fn add_pass(st: &CqStats, p: &PassStats) {
     st.add_owned(CqStat::Passes, p.passes);
     st.add_owned(CqStat::Completions, p.completions);
     st.add_owned(CqStat::BudgetExhausted, p.budget_exhausted);
     st.add_owned(CqStat::Samples, p.samples);
     st.add_owned(CqStat::ModeSwitches, p.mode_switches);
-    st.add_owned(CqStat::MissedAtRearm, p.missed_at_rearm);
 }
 
 /// A snapshot of a pooled CQ's counters and DIM profile, for debugfs, the tests and the
@@ -184,14 +192,26 @@ pub(crate) struct EngineState {
 
 impl Handler for EngineState {
     type PollerState = ModState;
+    type Tail = Option<PassEnd>;
 
-    fn pass(cq: &CqEngine, ctl: &mut PassCtl<'_, Self>, st: &mut ModState, budget: u32) -> u32 {
+    fn pass(
+        cq: &CqEngine,
+        ctl: &mut PassCtl<'_, Self>,
+        st: &mut ModState,
+        budget: u32,
+    ) -> (u32, Option<PassEnd>) {
         let e = cq.handler();
         let mut poller = Poller { cq, ctl };
         let mut stats = PassStats::default();
-        let report = engine::run_pass(&mut poller, e.moderation, st, budget, &mut stats);
+        let report = engine::poll_pass(&mut poller, e.moderation, st, budget, &mut stats);
         add_pass(&e.stats, &stats);
-        report.completed
+        (report.completed, report.end)
+    }
+
+    fn tail(cq: &CqEngine, ctl: &mut PassCtl<'_, Self>, end: Option<PassEnd>) {
+        let mut poller = Poller { cq, ctl };
+        // The tail's own count (missed completions) is kept by `Poller::rearm`.
+        engine::end_pass(&mut poller, end, &mut PassStats::default());
     }
 
     fn event(cq: &CqEngine) {
@@ -290,8 +310,8 @@ impl CqEngine {
     /// Starts the software-moderation timer: the next pass in `usec` microseconds.
     fn defer(&self, usec: u16) {
         let e = self.handler();
-        // Called by the poller only (from its pass).
-        e.stats.add_owned(CqStat::DeferredAskedUs, usec.into());
+        // Called by a pass's tail, which the next pass may run beside: atomically.
+        e.stats.add(CqStat::DeferredAskedUs, usec.into());
         // Stored before the timer is started, so before its callback reads it.
         e.timer_started
             .store(Ktime::ktime_get().to_ns() as u64, Ordering::Release);
@@ -330,7 +350,7 @@ impl CqEngine {
     }
 }
 
-/// A pass's view of its pooled CQ, for `policy::engine::run_pass`.
+/// A pass's view of its pooled CQ, for `policy::engine::poll_pass` and `end_pass`.
 struct Poller<'a, 'b> {
     cq: &'a CqEngine,
     ctl: &'a mut PassCtl<'b, EngineState>,
@@ -343,7 +363,12 @@ impl engine::Cq for Poller<'_, '_> {
     }
 
     fn rearm(&mut self) -> bool {
-        self.ctl.rearm()
+        let missed = self.ctl.rearm();
+        if missed {
+            // In the pass's tail: counted atomically (see `add_pass`).
+            self.cq.handler().stats.add(CqStat::MissedAtRearm, 1);
+        }
+        missed
     }
 
     fn schedule(&mut self) {

@@ -246,8 +246,16 @@ impl CqPool {
     }
 
     /// Gives back `nr_cqe` entries of `cq`; `None` if `cq` is not in this pool. Otherwise
-    /// whether `cq` has just become idle, and whether the pool is dead.
-    fn put(&self, cq: CqPtr, nr_cqe: u32) -> Option<Result<Idle, policy::OverPut>> {
+    /// whether `cq` has just become idle, and whether the pool is dead. `idled` runs under the
+    /// pool's lock when `cq` has just become idle in a live pool: retirement marks the pool dead
+    /// under the same lock, so whatever `idled` does happens before retirement starts, never
+    /// after the state has gone.
+    fn put(
+        &self,
+        cq: CqPtr,
+        nr_cqe: u32,
+        idled: impl FnOnce(),
+    ) -> Option<Result<Idle, policy::OverPut>> {
         let mut inner = self.inner.lock();
         let pos = inner.slots().position(|s| s.ptr() == Some(cq))?;
         let dead = inner.dead;
@@ -256,7 +264,10 @@ impl CqPool {
             slot.set_used(used);
             match (used == 0, dead) {
                 (false, _) => Idle::No,
-                (true, false) => Idle::Yes,
+                (true, false) => {
+                    idled();
+                    Idle::Yes
+                }
                 (true, true) => Idle::Orphan,
             }
         }))
@@ -406,8 +417,9 @@ const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
 ///
 /// A put that leaves a CQ idle queues `aging` ([`policy::AGE_MS`] later, unless it is pending
 /// already); each run destroys the CQs idle for that long beyond each vector's floor and queues
-/// itself again for the next CQ due, if any. Retirement (`retire_begin`) cancels it, and it
-/// never touches a dead pool.
+/// itself again for the next CQ due, if any. Puts queue it under the pool's lock while the pool
+/// is live; retirement (`retire_begin`) disables it once every pool is dead, and it never
+/// touches a dead pool.
 #[pin_data]
 pub(crate) struct CqPools {
     /// Declared first: dropped, cancelled and waited for, before `pools`, which it reads.
@@ -503,18 +515,26 @@ impl CqPools {
     /// was the last put of the last busy CQ after retirement: the caller must [`release`].
     ///
     /// [`release`]: CqPools::release
+    ///
+    /// The caller's entries keep the state alive until they are given back, under the pool's
+    /// lock: from then on, device removal may retire the pools and free the state, so nothing
+    /// here touches `self` after the pool's `put` returns but the orphan count, which a busy CQ
+    /// of a dead pool keeps alive until this put has counted it.
     pub(crate) fn put(&self, cq: CqPtr, nr_cqe: u32) -> bool {
+        // A no-op while pending: the first idle CQ sets the time of the pass.
+        let queue_aging = || {
+            #[cfg(ibext_kunit)]
+            if crate::tests::hooks::AGING_OFF.load(Ordering::Relaxed) {
+                return;
+            }
+            self.aging.queue(policy::AGE_MS as u32);
+        };
         for pool in self.pools.iter() {
-            match pool.put(cq, nr_cqe) {
+            match pool.put(cq, nr_cqe, queue_aging) {
                 None => continue,
                 Some(Ok(Idle::No)) => return false,
                 Some(Ok(Idle::Yes)) => {
-                    #[cfg(ibext_kunit)]
-                    if crate::tests::hooks::AGING_OFF.load(Ordering::Relaxed) {
-                        return false;
-                    }
-                    // A no-op while pending: the first idle CQ sets the time of the pass.
-                    self.aging.queue(policy::AGE_MS as u32);
+                    crate::ib::park_point(crate::ib::Point::CqPutIdle, cq.as_raw().cast());
                     return false;
                 }
                 Some(Ok(Idle::Orphan)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
@@ -586,9 +606,10 @@ impl CqPools {
         for pool in self.pools.iter() {
             pool.retire(dev, &self.orphans);
         }
-        // Every pool is dead: a run from now on does nothing, and no put queues one for long
-        // (a put racing retirement may still queue it; the drop of `aging` cancels that).
-        self.aging.cancel_sync();
+        // Every pool is dead: no put queues the work any more (puts queue it under a pool's
+        // lock, only while the pool is live), and a run from now on does nothing. Disabled,
+        // not only cancelled: a run in progress cannot queue itself again either.
+        self.aging.disable_sync();
         self.orphans.load(Ordering::Acquire).saturating_sub(1)
     }
 
@@ -632,8 +653,7 @@ impl CqPools {
     /// waits for it to finish.
     #[cfg(ibext_kunit)]
     pub(crate) fn test_run_aging(&self) {
-        self.aging.cancel_sync();
-        self.aging.queue(0);
+        self.aging.kick(0);
         self.aging.flush();
     }
 
@@ -709,18 +729,10 @@ fn now_ms() -> u64 {
     crate::ib::work::now_ms()
 }
 
-/// Destroys the given CQs: marks them all dying, waits once for their handlers, then lets the
-/// caller drop them (each drop stops its poller and destroys its CQ).
-fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedCq>) {
-    let mut any = false;
-    for cq in cqs {
-        cq.mark_dying();
-        any = true;
-    }
-    if any {
-        // One wait for every CQ's handlers, instead of one per CQ.
-        cq_engine::wait_for_handlers();
-    }
+/// Destroys the given CQs: stops every callback of them together, with one wait of each kind
+/// for all (`quiesce`), then lets the caller drop them (each drop destroys its CQ).
+fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedCq> + Clone) {
+    cq_engine::quiesce(cqs);
 }
 
 impl Show for CqPools {

@@ -206,9 +206,9 @@ bool ibext_shim_mod_delayed_work(struct delayed_work *dw, unsigned int ms)
 	return mod_delayed_work(system_unbound_wq, dw, msecs_to_jiffies(ms));
 }
 
-bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw)
+bool ibext_shim_disable_delayed_work_sync(struct delayed_work *dw)
 {
-	return cancel_delayed_work_sync(dw);
+	return disable_delayed_work_sync(dw);
 }
 
 bool ibext_shim_flush_delayed_work(struct delayed_work *dw)

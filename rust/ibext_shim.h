@@ -66,7 +66,7 @@ struct workqueue_struct *ibext_shim_alloc_comp_wq(bool unbound);
 void ibext_shim_init_delayed_work(struct delayed_work *dw, work_func_t func,
 				  const char *name, struct lock_class_key *key);
 bool ibext_shim_queue_delayed_work(struct delayed_work *dw, unsigned int ms);
-bool ibext_shim_cancel_delayed_work_sync(struct delayed_work *dw);
+bool ibext_shim_disable_delayed_work_sync(struct delayed_work *dw);
 bool ibext_shim_delayed_work_pending(struct delayed_work *dw);
 bool ibext_shim_flush_delayed_work(struct delayed_work *dw);
 bool ibext_shim_mod_delayed_work(struct delayed_work *dw, unsigned int ms);
@@ -131,6 +131,7 @@ void ibext_test_text_range(unsigned long *start, unsigned long *end);
 int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
 void ibext_test_in_bh(void (*fn)(void *), void *arg);
+bool ibext_test_may_sleep(void);
 s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name);
 void ibext_test_upstream_pool_resident(struct ib_device *dev,
 				       enum ib_poll_context ctx, u32 *cqs,

@@ -10,6 +10,19 @@ use crate::policy::engine::*;
 use crate::policy::moderation::{ModState, Moderation, PassEnd};
 use std::collections::VecDeque;
 
+/// One whole pass, as the kernel runs it: [`poll_pass`], then [`end_pass`].
+fn run_pass<C: Cq>(
+    cq: &mut C,
+    mode: Moderation,
+    st: &mut ModState,
+    budget: u32,
+    stats: &mut PassStats,
+) -> PassReport {
+    let report = poll_pass(cq, mode, st, budget, stats);
+    end_pass(cq, report.end, stats);
+    report
+}
+
 /// A CQ, its device and its poll context.
 #[derive(Default)]
 struct FakeCq {
@@ -512,5 +525,32 @@ fn teardown_while_polling() {
         seen.dedup();
         assert_eq!(seen.len(), sim.cq.delivered.len());
         assert_eq!(sim.cq.delivered, (0..32).collect::<Vec<u64>>());
+    }
+}
+
+/// `poll_pass` is the poller's exclusive part: in every mode, whatever it finds, it leaves the
+/// poll list, re-arms, schedules and defers nothing (the tail, `end_pass`, does all of that
+/// after the pass's last write), and it has counted its pass when it returns.
+#[test]
+fn poll_pass_leaves_the_list_to_its_tail() {
+    for mode in Moderation::ALL {
+        for (arrivals, profile_ix) in [(0, 0), (3, 0), (40, 5), (300, 8)] {
+            let mut cq = FakeCq {
+                profile_ix,
+                ..FakeCq::default()
+            };
+            cq.arrive(arrivals);
+            cq.on_list = true;
+            let mut st = ModState::default();
+            let mut stats = PassStats::default();
+            let r = poll_pass(&mut cq, mode, &mut st, 256, &mut stats);
+            assert!(cq.on_list, "{mode:?}: left the poll list inside the pass");
+            assert_eq!((cq.rearms, cq.pending, cq.timer), (0, false, None));
+            assert!(cq.defers.is_empty() && cq.keep_polling == 0);
+            assert_eq!(stats.passes, 1);
+            assert_eq!(stats.completions, u64::from(r.completed));
+            end_pass(&mut cq, r.end, &mut stats);
+            assert_eq!(cq.on_list, r.end.is_none(), "{mode:?}");
+        }
     }
 }

@@ -32,6 +32,40 @@ pub(crate) use crate::tests::hooks::fault_point;
 pub(crate) fn fault_point() -> kernel::error::Result {
     Ok(())
 }
+
+/// A point where, in the KUnit flavour, a test can hold the caller to force one interleaving of
+/// a race (`tests::hooks::park_point`); nothing in the product module.
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::{park_point, reached, Point};
+
+/// The points of [`park_point`]; none in the product module.
+#[cfg(not(ibext_kunit))]
+#[derive(Clone, Copy)]
+pub(crate) enum Point {
+    /// See the KUnit flavour's `tests::hooks::Point`.
+    CqPutIdle,
+    /// As above.
+    PassTail,
+    /// As above.
+    RecvDone,
+    /// As above.
+    PollerStopped,
+    /// As above.
+    SrqHandlersWait,
+    /// As above.
+    SrqMaintain,
+}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn park_point(_p: Point, _obj: *const core::ffi::c_void) {}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn reached(_p: Point) {}
+
 use kernel::{str::CStr, types::Opaque};
 
 /// The size of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.

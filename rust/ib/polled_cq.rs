@@ -8,15 +8,22 @@
 //! [`Handler`]'s (`cq_engine.rs`); this file only calls it, from the one context each callback
 //! runs in, and holds the invariants that make those calls sound:
 //!
-//! - the handler's poller state ([`Handler::PollerState`]) is reached only from a pass, and
-//!   irq_poll and the workqueue each run one pass of a CQ at a time (a CQ has one of the two);
+//! - the handler's poller state ([`Handler::PollerState`]) is reached only from a pass
+//!   ([`Handler::pass`]), and irq_poll and the workqueue each run one pass of a CQ at a time (a
+//!   CQ has one of the two). irq_poll guarantees it only while the pass is on its list: once the
+//!   pass leaves it (`irq_poll_complete`), an event on another CPU may start the next pass
+//!   there. So the pass finishes every write of its own before it leaves, and its tail
+//!   ([`Handler::tail`]: re-arm, schedule, defer) touches no poller state; debug kernels assert
+//!   the rule;
 //! - every `wr_cqe->done` runs inside an SRCU read-side section of ibext's (workqueue
 //!   contexts) or in softirq context (irq_poll), both of which `ib::cq::wait_for_dispatch`
 //!   waits for, and every completion handler and timer callback inside
 //!   `rcu_read_lock()` or after a `dying` check that teardown waits out ([`wait_for_handlers`]);
-//! - [`OwnedPolledCq`]'s drop marks the CQ dying, waits for the handlers that may not have seen
-//!   the mark, disables irq_poll or cancels the work item, cancels the timer and DIM's work,
-//!   and only then destroys the CQ and frees the memory its callbacks use.
+//! - teardown ([`quiesce`], then [`OwnedPolledCq`]'s drop) marks the CQ dying, waits for the
+//!   handlers that may not have seen the mark, disables irq_poll or cancels the work item,
+//!   waits for the tail of an irq_poll pass that was running (`irq_poll_disable` does not: it
+//!   returns once the pass has left irq_poll's list), cancels the timer and DIM's work, and only
+//!   then destroys the CQ and frees the memory its callbacks use.
 //!
 //! The file is longer than the others in `rust/ib/` because the object, its six callbacks and
 //! its teardown are one argument: each callback's SAFETY comment relies on the teardown order,
@@ -48,14 +55,24 @@ pub(crate) trait Handler: Sized + Send + Sync {
     /// State that only passes touch, one pass at a time.
     type PollerState: Default + Send;
 
-    /// A poll pass of at most `budget` completions; returns how many it handled. Runs in
-    /// softirq (irq_poll) or workqueue context, never concurrently with another pass of `cq`.
+    /// What a pass leaves for its tail ([`Handler::tail`]).
+    type Tail: Copy;
+
+    /// A poll pass of at most `budget` completions; returns how many it handled and what its
+    /// tail does. Runs in softirq (irq_poll) or workqueue context, never concurrently with
+    /// another pass of `cq`, and stays on irq_poll's list throughout: every write of the
+    /// poller's is done when it returns.
     fn pass(
         cq: &PolledCq<Self>,
         pass: &mut PassCtl<'_, Self>,
         state: &mut Self::PollerState,
         budget: u32,
-    ) -> u32;
+    ) -> (u32, Self::Tail);
+
+    /// The end of the pass: leave irq_poll's list ([`PassCtl::leave_poll_list`]), then re-arm,
+    /// schedule or defer. After leaving the list another pass of `cq` may run beside it, so it
+    /// touches no poller state (it has none to touch).
+    fn tail(cq: &PolledCq<Self>, pass: &mut PassCtl<'_, Self>, tail: Self::Tail);
 
     /// The CQ's completion event, from the driver (hard-IRQ context, or rxe's CQ lock held with
     /// interrupts off): schedule a pass. Not called once the CQ is dying.
@@ -100,6 +117,12 @@ pub(crate) struct PolledCq<H: Handler> {
     ops: CqOps,
     poller: Opaque<H::PollerState>,
     dying: AtomicBool,
+    /// The poller is stopped for good (`irq_poll_disable`, or the work cancelled), by
+    /// [`quiesce`]; it must not be stopped twice (a second `irq_poll_disable` would wait for
+    /// ever).
+    stopped: AtomicBool,
+    /// A pass is running (debug kernels only): asserts "one pass at a time".
+    in_pass: OnePass,
     handler: H,
     #[pin]
     _pin: PhantomPinned,
@@ -150,6 +173,8 @@ impl<H: Handler> PolledCq<H> {
                 ops,
                 poller: Opaque::new(H::PollerState::default()),
                 dying: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
+                in_pass: OnePass::new(),
                 handler,
                 _pin: PhantomPinned,
             }),
@@ -302,10 +327,18 @@ impl<H: Handler> PolledCq<H> {
         // context, which `synchronize_rcu()` (also in `wait_for_dispatch`) waits for.
         // SAFETY: FFI call; paired with the exit below.
         let idx = (!iop).then(|| unsafe { bindings::ibext_shim_handlers_enter() });
-        // SAFETY: Only passes touch `poller`, one at a time (type invariant; caller contract).
-        let state = unsafe { &mut *self.poller.get() };
+        self.in_pass.enter();
         let mut ctl = PassCtl { cq: self, iop };
-        let n = H::pass(self, &mut ctl, state, budget);
+        let (n, tail) = {
+            // SAFETY: Only passes touch `poller`, one at a time (type invariant; caller
+            // contract): the pass is on irq_poll's list, or is the work item, until `tail`.
+            let state = unsafe { &mut *self.poller.get() };
+            H::pass(self, &mut ctl, state, budget)
+        };
+        // The poller's exclusive part ends here, with the borrow of its state: the tail may
+        // leave irq_poll's list, after which another pass of this CQ may start on another CPU.
+        self.in_pass.leave();
+        H::tail(self, &mut ctl, tail);
         if let Some(idx) = idx {
             // SAFETY: Paired with the enter above.
             unsafe { bindings::ibext_shim_handlers_exit(idx) };
@@ -414,7 +447,7 @@ impl<H: Handler> PassCtl<'_, H> {
     /// `wr_cqe->done`; returns how many.
     ///
     /// Inlined into the pass, as `__ib_process_cq`'s loop is one function: a call per batch
-    /// cost more than the batch's own bookkeeping (issue 17).
+    /// cost more than the batch's own bookkeeping (the drain benchmark, `rust/tests/drain.rs`).
     #[inline(always)]
     pub(crate) fn poll(&mut self, max: u32) -> u32 {
         let cq = self.cq.raw();
@@ -455,6 +488,7 @@ impl<H: Handler> PassCtl<'_, H> {
             // SAFETY: We are the poll function of the CQ's `iop` (type invariant).
             unsafe { bindings::irq_poll_complete(self.cq.iop.get()) };
         }
+        super::park_point(super::Point::PassTail, self.cq.raw().cast());
     }
 
     /// Feeds lib/dim one sample: a pass that handled `completed` completions (upstream's
@@ -504,6 +538,39 @@ unsafe fn no_done(wc: *mut bindings::ib_wc) {
     );
 }
 
+/// The "one pass at a time" rule of a [`PolledCq`], asserted on debug kernels
+/// (`CONFIG_RUST_DEBUG_ASSERTIONS`); nothing elsewhere.
+struct OnePass {
+    #[cfg(debug_assertions)]
+    running: AtomicBool,
+}
+
+impl OnePass {
+    const fn new() -> Self {
+        OnePass {
+            #[cfg(debug_assertions)]
+            running: AtomicBool::new(false),
+        }
+    }
+
+    /// A pass begins its exclusive part; warns if another one is in its own.
+    #[inline(always)]
+    fn enter(&self) {
+        #[cfg(debug_assertions)]
+        warn_on_once!(
+            self.running.swap(true, Ordering::AcqRel),
+            "ibext: two passes of one polled CQ at once"
+        );
+    }
+
+    /// The pass's exclusive part is over.
+    #[inline(always)]
+    fn leave(&self) {
+        #[cfg(debug_assertions)]
+        self.running.store(false, Ordering::Release);
+    }
+}
+
 /// A polled CQ; dropping it stops every callback and destroys the CQ.
 ///
 /// # Invariants
@@ -528,31 +595,69 @@ impl<H: Handler> OwnedPolledCq<H> {
     }
 
     /// Marks the CQ dying, so its handlers schedule nothing more once they are waited for.
-    ///
-    /// Teardown of many CQs marks them all, waits once ([`wait_for_handlers`]), then drops them.
-    pub(crate) fn mark_dying(&self) {
-        if let Some(c) = self.get() {
-            c.dying.store(true, Ordering::Release);
+    /// Returns whether it was not marked yet.
+    pub(crate) fn mark_dying(&self) -> bool {
+        self.get()
+            .is_some_and(|c| !c.dying.swap(true, Ordering::AcqRel))
+    }
+
+    /// Stops the poller for good, once: returns whether this call stopped an irq_poll poller,
+    /// whose pass may still be in its tail.
+    fn stop_poller(&self) -> bool {
+        let Some(c) = self.get() else { return false };
+        if c.stopped.swap(true, Ordering::AcqRel) {
+            return false;
         }
+        match c.ctx {
+            PollCtx::Softirq => {
+                // SAFETY: `iop` was initialized in `create`, and is disabled only here, once.
+                // `irq_poll_disable` (lib/irq_poll.c) returns once no pass is *scheduled*: a
+                // pass clears that mark itself in `irq_poll_complete`, before its tail re-arms,
+                // schedules or defers, so the tail may still be running. It keeps irq_poll from
+                // scheduling the CQ again.
+                unsafe { bindings::irq_poll_disable(c.iop.get()) };
+                true
+            }
+            _ => {
+                // SAFETY: `work` was initialized in `create`; this waits for a running pass,
+                // tail included, and stops it from requeueing itself.
+                unsafe { bindings::cancel_work_sync(c.work.get()) };
+                false
+            }
+        }
+    }
+}
+
+/// Stops every callback of `cqs` that could reach the CQ, before they are dropped: marks them
+/// dying and waits once for the handlers that may have missed the mark, then stops their pollers
+/// and waits once more for the tail of an irq_poll pass that was running (softirq context, which
+/// `synchronize_rcu()` waits for: see `wait_for_handlers`). Each drop then only cancels the
+/// timer and DIM's work and destroys its CQ. One wait of each kind for many CQs, instead of two
+/// per CQ.
+pub(crate) fn quiesce<'a, H: Handler + 'a>(
+    cqs: impl Iterator<Item = &'a OwnedPolledCq<H>> + Clone,
+) {
+    let mut marked = false;
+    for cq in cqs.clone() {
+        marked |= cq.mark_dying();
+    }
+    if marked {
+        wait_for_handlers();
+    }
+    let mut tails = false;
+    for cq in cqs {
+        tails |= cq.stop_poller();
+    }
+    if tails {
+        super::reached(super::Point::PollerStopped);
+        wait_for_handlers();
     }
 }
 
 impl<H: Handler> Drop for OwnedPolledCq<H> {
     fn drop(&mut self) {
+        quiesce(core::iter::once(&*self));
         let Some(this) = self.0.take() else { return };
-        if !this.dying.swap(true, Ordering::AcqRel) {
-            wait_for_handlers();
-        }
-        match this.ctx {
-            // SAFETY: `iop` was initialized in `create`; this waits for a running poll and keeps
-            // irq_poll from running another.
-            PollCtx::Softirq => unsafe { bindings::irq_poll_disable(this.iop.get()) },
-            // SAFETY: `work` was initialized in `create`; this waits for a running pass and
-            // stops it from requeueing itself.
-            _ => unsafe {
-                bindings::cancel_work_sync(this.work.get());
-            },
-        }
         // SAFETY: Initialized in `create`. The timer's callback schedules nothing once `dying`
         // is set; DIM's work is only queued by passes, which are stopped.
         unsafe {

@@ -113,11 +113,12 @@ impl<T: HasDelayedWork> DelayedWork<T> {
         unsafe { bindings::ibext_shim_mod_delayed_work(self.dw.get(), ms) };
     }
 
-    /// Cancels the work and waits for a run in progress; may sleep. Returns whether it was
-    /// pending.
-    pub(crate) fn cancel_sync(&self) -> bool {
+    /// Cancels the work, waits for a run in progress, and disables it: queueing it again (a run
+    /// in progress included) does nothing from now on (`disable_delayed_work_sync`, 6.12's
+    /// kernel/workqueue.c). May sleep. Returns whether it was pending.
+    pub(crate) fn disable_sync(&self) -> bool {
         // SAFETY: Initialized (type invariant).
-        unsafe { bindings::ibext_shim_cancel_delayed_work_sync(self.dw.get()) }
+        unsafe { bindings::ibext_shim_disable_delayed_work_sync(self.dw.get()) }
     }
 
     /// Runs the work now if it is pending, and waits for it to finish; may sleep.
@@ -137,9 +138,9 @@ impl<T: HasDelayedWork> DelayedWork<T> {
 #[pinned_drop]
 impl<T: HasDelayedWork> PinnedDrop for DelayedWork<T> {
     fn drop(self: Pin<&mut Self>) {
-        // INVARIANT: neither pending nor running from here on. A run does not queue the work
-        // again once its holder is being dropped: nothing reaches the holder any more.
-        self.cancel_sync();
+        // INVARIANT: neither pending nor running from here on, and a run in progress cannot
+        // queue the work again.
+        self.disable_sync();
     }
 }
 

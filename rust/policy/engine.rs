@@ -15,8 +15,10 @@
 //!    `IB_CQ_REPORT_MISSED_EVENTS` that schedules another pass if completions were missed (the
 //!    race-free loop from the IB/srp thread), an immediate pass, or a deferred one.
 //!
-//! The counters a pass keeps are the poller's own (one poller per CQ at a time), so the kernel
-//! side may store them without read-modify-write atomics.
+//! The counters [`poll_pass`] keeps are the poller's own (one poller per CQ at a time), so the
+//! kernel side may store them without read-modify-write atomics; [`end_pass`] runs after the
+//! pass left the poll list, and what it counts (missed completions at re-arm) is counted
+//! atomically.
 
 use super::moderation::{end_of_pass, ModState, Moderation, Pass, PassEnd};
 
@@ -26,7 +28,7 @@ use super::moderation::{end_of_pass, ModState, Moderation, Pass, PassEnd};
 /// Each call takes the driver's CQ lock (rxe, mlx5). A pass of `n` completions makes
 /// `n / 64 + 1` calls, one more if the last `n % 64` are 16 or more ([`POLL_AGAIN_AT`]), where
 /// upstream makes `n / 16 + 1`: 2 against 2 for 16, 3 against 9 for 128. The array is the
-/// CQ's own (4.5 KiB of `ib_wc`), and a pooled CQ serves many QPs. Issue 17's drain benchmark
+/// CQ's own (4.5 KiB of `ib_wc`), and a pooled CQ serves many QPs. The drain benchmark
 /// measures the difference.
 pub(crate) const POLL_BATCH: u32 = 64;
 
@@ -41,7 +43,9 @@ pub(crate) const POLL_AGAIN_AT: u32 = 16;
 
 /// What the engine asks of a CQ and its poll context.
 ///
-/// Every method is called by the CQ's poller only, one pass at a time.
+/// Every method is called by the CQ's poller only: those [`poll_pass`] calls one pass at a
+/// time, those [`end_pass`] calls (`leave_poll_list`, `rearm`, `schedule`, `defer`,
+/// `keep_polling`) possibly beside the next pass.
 pub(crate) trait Cq {
     /// Polls at most `max` (at most [`POLL_BATCH`]) completions and hands each to its
     /// consumer; returns how many.
@@ -93,8 +97,11 @@ pub(crate) struct PassReport {
     pub(crate) end: Option<PassEnd>,
 }
 
-/// Runs one pass of at most `budget` completions on `cq` (see the file comment).
-pub(crate) fn run_pass<C: Cq>(
+/// The part of a pass that only the CQ's poller may run (steps 1 and 2, and the decision of
+/// step 3): it polls, feeds DIM and moves the moderation state. Everything it writes is written
+/// when it returns, before [`end_pass`] leaves the poll list: from then on, an event on another
+/// CPU may start the next pass there (irq_poll) while this one is still ending.
+pub(crate) fn poll_pass<C: Cq>(
     cq: &mut C,
     mode: Moderation,
     st: &mut ModState,
@@ -138,6 +145,13 @@ pub(crate) fn run_pass<C: Cq>(
         stats.mode_switches += st.switches - before;
         end
     };
+    PassReport { completed, end }
+}
+
+/// What follows a pass (step 3), given what [`poll_pass`] decided: nothing (the budget was
+/// used: stay in polling mode), or leave the poll list and then re-arm, schedule or defer. After
+/// leaving the list it touches no state of the poller's: another pass may already be running.
+pub(crate) fn end_pass<C: Cq>(cq: &mut C, end: Option<PassEnd>, stats: &mut PassStats) {
     match end {
         None => cq.keep_polling(),
         Some(e) => {
@@ -154,5 +168,4 @@ pub(crate) fn run_pass<C: Cq>(
             }
         }
     }
-    PassReport { completed, end }
 }

@@ -253,3 +253,32 @@ impl XorShift {
         s
     }
 }
+
+/// Schedules a pass of the CQ engine at `arg`.
+///
+/// # Safety
+///
+/// `arg` is a live `CqEngine`.
+unsafe extern "C" fn schedule_pass(arg: *mut core::ffi::c_void) {
+    // SAFETY: The caller's guarantee.
+    unsafe { &*arg.cast::<crate::cq_engine::CqEngine>() }.schedule();
+}
+
+/// On a worker: schedules a pass of `cq` with bottom halves disabled, so that a softirq pass
+/// runs on the worker's CPU when they are enabled again (a workqueue pass is queued as usual);
+/// then sets `done`. A pass a test holds then never sits on the test's CPU, nor on top of
+/// rxe's own work. The caller keeps `cq` alive until `done` is set.
+pub(crate) fn pass_on_worker(
+    cq: &crate::cq_engine::CqEngine,
+    done: &kernel::sync::Arc<core::sync::atomic::AtomicU32>,
+) -> crate::kunit::TestResult {
+    let at = core::ptr::from_ref(cq) as usize;
+    let done = done.clone();
+    let r = kernel::workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+        // SAFETY: The caller keeps the CQ alive until `done` is set.
+        unsafe { bindings::ibext_test_in_bh(Some(schedule_pass), at as *mut core::ffi::c_void) };
+        done.store(1, core::sync::atomic::Ordering::Release);
+    });
+    crate::kunit::kassert!(r.is_ok(), "cannot start a worker");
+    Ok(())
+}

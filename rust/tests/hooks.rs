@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Test-only hooks that product code calls through `ib::fault_point`, compiled into the KUnit
-//! flavour only.
+//! Test-only hooks that product code calls through `ib::fault_point` and `ib::park_point`,
+//! compiled into the KUnit flavour only.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use kernel::prelude::*;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use kernel::{prelude::*, time::Ktime};
 
 /// Fault injection: the `n`-th fault point reached after this is set fails with `-ENOMEM`
 /// (0: none).
@@ -47,4 +47,136 @@ pub(crate) fn a_period_later(f: impl FnOnce()) {
     AGING_SHIFT_MS.store(crate::policy::cq_pool::AGE_MS, Ordering::Release);
     f();
     AGING_SHIFT_MS.store(u64::MAX, Ordering::Release);
+}
+
+/// The places where a test can hold one side of a race ([`park_point`]), and where teardown says
+/// how far it got ([`reached`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Point {
+    /// `CqPools::put`: a put has left a CQ idle and let go of the pool's lock.
+    CqPutIdle = 1,
+    /// A polled CQ's pass has left irq_poll's list (`irq_poll_complete`) and not yet re-armed,
+    /// scheduled or deferred the next one.
+    PassTail = 2,
+    /// A managed receive buffer's completion handler, on entry.
+    RecvDone = 3,
+    /// Mark: a polled CQ's teardown has stopped its poller and is about to wait for the tail of
+    /// a pass that was running.
+    PollerStopped = 4,
+    /// Mark: an SRQ pool's teardown is about to wait for the receive handlers in flight.
+    SrqHandlersWait = 5,
+    /// An SRQ's maintenance work, on entry (before it takes `phase`).
+    SrqMaintain = 6,
+}
+
+/// The point armed to park (0: none), and the object it parks for (0: any).
+static ARMED: AtomicU32 = AtomicU32::new(0);
+static ARMED_OBJ: AtomicUsize = AtomicUsize::new(0);
+/// The point a caller is parked at now (0: none).
+static PARKED: AtomicU32 = AtomicU32::new(0);
+static RELEASE: AtomicBool = AtomicBool::new(false);
+/// A parked caller gave up waiting for its release (a test bug; the test fails).
+static TIMED_OUT: AtomicBool = AtomicBool::new(false);
+/// One bit per [`Point`] reached since the last [`Parking::arm`].
+static REACHED: AtomicU32 = AtomicU32::new(0);
+
+/// How long a parked caller waits for its release before it goes on by itself, so that a test
+/// that failed before releasing cannot hang the guest: the test then fails on `TIMED_OUT`.
+const PARK_LIMIT_NS: u64 = 30_000_000_000;
+
+/// Product code at point `p`, on object `obj`: returns at once unless a test armed `p` (one
+/// load); otherwise the first caller to arrive waits there until the test releases it.
+#[inline(always)]
+pub(crate) fn park_point(p: Point, obj: *const core::ffi::c_void) {
+    if ARMED.load(Ordering::Relaxed) == p as u32 {
+        park(p, obj as usize);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn park(p: Point, obj: usize) {
+    let want = ARMED_OBJ.load(Ordering::Acquire);
+    if want != 0 && want != obj {
+        return;
+    }
+    // One caller parks; the point is disarmed for every later one.
+    if ARMED
+        .compare_exchange(p as u32, 0, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    REACHED.fetch_or(1 << p as u32, Ordering::AcqRel);
+    PARKED.store(p as u32, Ordering::Release);
+    let start = Ktime::ktime_get().to_ns();
+    // SAFETY: FFI call without preconditions.
+    let may_sleep = unsafe { crate::bindings::ibext_test_may_sleep() };
+    while !RELEASE.load(Ordering::Acquire) {
+        if (Ktime::ktime_get().to_ns() - start) as u64 > PARK_LIMIT_NS {
+            TIMED_OUT.store(true, Ordering::Release);
+            break;
+        }
+        if may_sleep {
+            super::guest::msleep(1);
+        } else {
+            // Softirq or atomic context: spin, on a CPU the test does not need.
+            core::hint::spin_loop();
+        }
+    }
+    PARKED.store(0, Ordering::Release);
+}
+
+/// Product code says it reached point `p` (teardown's marks; not on any hot path).
+pub(crate) fn reached(p: Point) {
+    REACHED.fetch_or(1 << p as u32, Ordering::AcqRel);
+}
+
+/// A test's hold on one park point: armed by [`Parking::arm`], released by
+/// [`Parking::release`] or, whatever happened, by its drop.
+pub(crate) struct Parking(());
+
+impl Parking {
+    /// Arms `p`: the next caller that reaches it for `obj` (null: any object) parks there.
+    pub(crate) fn arm(p: Point, obj: *const core::ffi::c_void) -> Parking {
+        RELEASE.store(false, Ordering::Release);
+        TIMED_OUT.store(false, Ordering::Release);
+        REACHED.store(0, Ordering::Release);
+        ARMED_OBJ.store(obj as usize, Ordering::Release);
+        ARMED.store(p as u32, Ordering::Release);
+        Parking(())
+    }
+
+    /// Waits up to `ms` milliseconds for a caller to park; returns whether one did.
+    pub(crate) fn wait_parked(&self, ms: u32) -> bool {
+        super::guest::wait_for(ms, || PARKED.load(Ordering::Acquire) != 0)
+    }
+
+    /// Whether `p` was reached since the point was armed.
+    pub(crate) fn was_reached(p: Point) -> bool {
+        REACHED.load(Ordering::Acquire) & (1 << p as u32) != 0
+    }
+
+    /// Whether a caller is parked now.
+    pub(crate) fn parked(&self) -> bool {
+        PARKED.load(Ordering::Acquire) != 0
+    }
+
+    /// Lets the parked caller go on, disarms the point, and waits (bounded) until the caller
+    /// has left it; returns whether it had been parked for less than the limit.
+    pub(crate) fn release(&self) -> bool {
+        ARMED.store(0, Ordering::Release);
+        RELEASE.store(true, Ordering::Release);
+        super::guest::wait_for(PARK_LIMIT_NS as u32 / 1_000_000, || {
+            PARKED.load(Ordering::Acquire) == 0
+        });
+        !TIMED_OUT.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        self.release();
+    }
 }

@@ -10,6 +10,9 @@
 //! `-ENODEV`, so that the deletion can finish. The deletion starts only after every worker has
 //! made calls that succeeded, so the race is run whatever the guest's speed. It runs twice:
 //! with rxe1 in a slot of the fast device table (`ib/client.rs`), and without one.
+//!
+//! A third case forces one interleaving instead of running many: a put held at a park point
+//! (`tests::hooks`) while the whole removal runs.
 
 use super::guest::{link_add, link_delete, msleep, required, restore_links, DeviceRef};
 use crate::{
@@ -21,6 +24,7 @@ use crate::{
     ib::gid::get_gid_attr,
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
+    tests::hooks::{Parking, Point},
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{c_str, prelude::*, sync::Arc, workqueue};
@@ -191,10 +195,67 @@ fn calls_racing_removal_checks() -> TestResult {
     Ok(())
 }
 
+/// A put that leaves a pooled CQ idle is held right after it let go of the pool's lock, while
+/// `rdma link delete rxe1` runs to the end: ibext's `remove` retires the pools (destroying the
+/// now idle CQ) and drops the device state, which nothing else holds. The put then goes on. It
+/// must not touch the state any more: before the fix it queued the aging work inside the freed
+/// state (a KASAN use-after-free on the debug kernel). In every poll context.
+fn put_idling_a_cq_races_removal() -> TestResult {
+    let r = put_idling_checks();
+    restore_links();
+    r
+}
+
+fn put_idling_checks() -> TestResult {
+    for ctx in 0..3u32 {
+        let cq = {
+            let dev = required(c_str!("rxe1"))?;
+            // SAFETY: `dev` holds rxe1.
+            let cq = unsafe { ibext_cq_pool_get(dev.device().as_raw(), 8, 0, ctx) };
+            kassert!(
+                !(cq as isize >= -4095 && (cq as isize) < 0),
+                "get: {}",
+                cq as isize
+            );
+            cq as usize
+        };
+        let states = ledger::counts(Kind::DeviceState).live();
+        let parking = Parking::arm(Point::CqPutIdle, cq as *const core::ffi::c_void);
+        let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+        let d = done.clone();
+        let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+            // SAFETY: The 8 entries taken above.
+            unsafe { ibext_cq_pool_put(cq as *mut bindings::ib_cq, 8) };
+            d.store(1, Ordering::Release);
+        });
+        kassert!(res.is_ok(), "cannot start the putter");
+        kassert!(
+            parking.wait_parked(60_000),
+            "ctx {}: the put never parked",
+            ctx
+        );
+        // Nothing holds rxe1 now but ibext: the deletion runs to its end, the state included.
+        kassert_eq!(link_delete(c_str!("rxe1")).map_err(|_| Failed)?, 0);
+        kassert_eq!(
+            ledger::counts(Kind::DeviceState).live(),
+            states - 1,
+            "ctx {}",
+            ctx
+        );
+        kassert!(parking.parked());
+        kassert!(parking.release(), "ctx {}: the put was held too long", ctx);
+        let finished = super::guest::wait_for(60_000, || done.load(Ordering::Acquire) == 1);
+        kassert!(finished, "ctx {}: the put did not return", ctx);
+        kassert_eq!(link_add(c_str!("rxe1")).map_err(|_| Failed)?, 0);
+    }
+    Ok(())
+}
+
 kunit_suite!(
     ibext_lifetime,
     [
         calls_racing_removal,
-        calls_racing_removal_without_a_fast_slot
+        calls_racing_removal_without_a_fast_slot,
+        put_idling_a_cq_races_removal
     ]
 );

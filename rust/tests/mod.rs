@@ -18,6 +18,7 @@ mod hotunplug;
 pub(crate) mod kunit;
 mod lifecycle;
 mod lifetime;
+mod races;
 mod srq;
 mod stream;
 mod traffic;

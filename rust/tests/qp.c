@@ -340,3 +340,12 @@ void ibext_test_in_bh(void (*fn)(void *), void *arg)
 	fn(arg);
 	local_bh_enable();
 }
+
+/*
+ * Whether the caller may sleep while a test holds it at a park point: task
+ * context with interrupts on (a kworker's pass, a put); not a softirq pass.
+ */
+bool ibext_test_may_sleep(void)
+{
+	return in_task() && !irqs_disabled();
+}
