@@ -39,8 +39,8 @@ use crate::{
     ib::{
         fault_point,
         srq::{
-            eopnotsupp, Pd, Pressure, RecvAction, RecvData, RecvSrq, RecvSrqs, Srq, SrqAttr,
-            SrqHandler, SrqStat, UlpPressure, UlpRecvDone, Wc,
+            edeadlk, eopnotsupp, Pd, Pressure, RecvAction, RecvData, RecvSrq, RecvSrqs, Srq,
+            SrqAttr, SrqHandler, SrqStat, UlpPressure, UlpRecvDone, Wc,
         },
     },
     ledger::{Kind, Token},
@@ -241,6 +241,15 @@ impl Core {
 
     /// Marks the pool dead if no SRQ has references; the caller then drops it.
     pub(crate) fn retire(&self) -> Result {
+        // From the ULP's `pressure` callback: it runs in an SRQ's maintenance work, which the
+        // pool's teardown disables and waits for, under the SRQ's `phase`, which teardown takes:
+        // the destroy would wait for itself. A caller bug; nothing changes.
+        if warn_on_once!(
+            self.srqs.iter().any(RecvSrq::in_own_pressure),
+            "ibext_srq_pool_destroy: called from the pool's own pressure callback"
+        ) {
+            return Err(edeadlk());
+        }
         let mut refs = self.refs.lock();
         if refs.counts.iter().any(|&c| c > 0) {
             return Err(EBUSY);

@@ -419,14 +419,18 @@ int ibext_srq_pool_repost(struct ibext_srq_pool *pool, struct ib_cqe *cqe);
  * ibext_srq_pool_destroy() - Destroy a pool whose SRQs are no longer used
  * @pool: the pool
  *
- * Destroys the SRQs, unmaps and frees the managed buffers, and frees the
- * pool.  Must be called before the PD is deallocated and before the ULP's
- * client remove for the device returns.
+ * Closes the SRQs (handlers that start from then on neither call
+ * @recv_done nor post), waits for the handlers ibext's completion engine is
+ * running, destroys the SRQs, unmaps and frees the managed buffers, and
+ * frees the pool.  Must be called before the PD is deallocated and before
+ * the ULP's client remove for the device returns, and not from the pool's
+ * own @pressure callback (which teardown would wait for).
  *
  * Context: process context; may sleep.
  * Return: 0; -EBUSY if any SRQ still has references or a QP attached, or
- * a managed buffer is still kept (nothing is freed); -EINVAL for a NULL
- * @pool.
+ * a managed buffer is still kept (nothing is freed); -EDEADLK, with a
+ * warning, when called from the pool's own @pressure callback (nothing
+ * changes); -EINVAL for a NULL @pool.
  */
 int ibext_srq_pool_destroy(struct ibext_srq_pool *pool);
 

@@ -28,16 +28,27 @@
 //! Everything the SRQ's callbacks reach lives in one pinned allocation, built completely (its
 //! buffers mapped, its work item initialized) before the SRQ is made, and never written through
 //! `&mut` afterwards (growth steps are separate allocations, see "Growth"). Dropping it, in this
-//! order: marks it dead under `phase` (the maintenance work then leaves the SRQ alone),
-//! destroys the SRQ (`ib_destroy_srq_user`: no receive is consumed and no event raised after it
-//! returns), waits for every `done` handler that ibext's engine is running in any poll context
-//! ([`wait_for_dispatch`]: an SRCU grace period for workqueue handlers, which may sleep, and an
-//! RCU one for softirq handlers), cancels the maintenance work, and unmaps and frees the
-//! buffers, the growth steps' too. An SRQ that cannot be destroyed keeps its buffers: they
-//! are leaked, never freed under a live SRQ.
+//! order:
 //!
-//! Completions of the SRQ's receives must not be polled after the SRQ is gone: the ULP drains
-//! and destroys its QPs first (`ib_drain_qp`, then `ib_destroy_qp`), as it must for any SRQ.
+//! 1. marks it closing (`closing`, set under `phase`): a handler that starts from now on
+//!    neither calls the owner nor posts, and the maintenance work does nothing;
+//! 2. waits for every `done` handler that ibext's engine is running in any poll context
+//!    ([`wait_for_dispatch`]: an SRCU grace period for workqueue handlers, which may sleep, and
+//!    an RCU one for softirq handlers). The QPs are gone by now, but the engine may have taken
+//!    their last completions off a shared CQ before `ib_drain_qp` found it empty
+//!    (`__ib_drain_srq`), and still be handing them on: such a handler may post on the SRQ
+//!    until this wait returns;
+//! 3. destroys the SRQ (`ib_destroy_srq_user`, which frees it at once and waits for nothing),
+//!    marking it not live under `phase`;
+//! 4. disables the maintenance work, and unmaps and frees the buffers, the growth steps' too.
+//!
+//! An SRQ that cannot be destroyed keeps its buffers: they are leaked, never freed under a live
+//! SRQ. A pool of SRQs ([`RecvSrqs`]) takes step 1 for all of them, then one wait, then the
+//! rest for each.
+//!
+//! Completions of the SRQ's receives must not be polled after the pool is closing, other than
+//! by ibext's engine: the ULP drains and destroys its QPs first (`ib_drain_qp`, then
+//! `ib_destroy_qp`), as it must for any SRQ, and stops polling a receive CQ of its own.
 //!
 //! Lock order: `Inner::phase` is a leaf, taken in process context only (the maintenance work,
 //! drop).
@@ -59,12 +70,12 @@ use crate::{
     warn::warn_on_once,
 };
 
-pub(crate) use crate::ib::verbs::{eopnotsupp, Pd, Srq, UlpPressure, UlpRecvDone, Wc};
+pub(crate) use crate::ib::verbs::{edeadlk, eopnotsupp, Pd, Srq, UlpPressure, UlpRecvDone, Wc};
 use core::{
     ffi::c_void,
     marker::PhantomData,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
 use kernel::{c_str, error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
@@ -219,7 +230,7 @@ struct Chunk {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Live,
-    /// The SRQ is destroyed; `waited` says whether handlers were waited for.
+    /// The SRQ is destroyed (after `closing` was set and handlers were waited for).
     Destroyed,
     /// The SRQ could not be destroyed: its buffers are leaked.
     Leaked,
@@ -252,8 +263,14 @@ struct Inner<H: SrqHandler> {
     buf_size: u32,
     /// Growth steps, published and unpublished by the maintenance work under `phase`.
     chunks: [AtomicPtr<Chunk>; MAX_STEPS as usize],
-    /// Whether handlers were waited for after the SRQ was destroyed.
+    /// Set (under `phase`) when teardown begins: from then on handlers neither call the owner
+    /// nor post, and the maintenance work does nothing.
+    closing: AtomicBool,
+    /// Whether handlers were waited for after `closing` was set.
     waited: AtomicBool,
+    /// The task calling the owner's `pressure` now (its address; 0: none), so that a pool's
+    /// destruction from inside it is refused ([`RecvSrq::in_own_pressure`]).
+    pressure_task: AtomicUsize,
     #[pin]
     phase: Mutex<Phase>,
     /// Declared before `dev`: buffers are unmapped before the device reference is dropped.
@@ -301,7 +318,9 @@ impl<H: SrqHandler> RecvSrq<H> {
                 max_wr: attr.max_wr,
                 buf_size: attr.buf_size,
                 chunks: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
+                closing: AtomicBool::new(false),
                 waited: AtomicBool::new(false),
+                pressure_task: AtomicUsize::new(0),
                 phase <- new_mutex!(Phase::Live, "RecvSrq::phase"),
                 bufs: {
                     let owner = this.as_ptr().cast_const().cast();
@@ -406,6 +425,13 @@ impl<H: SrqHandler> RecvSrq<H> {
         drop(phase);
     }
 
+    /// Whether the caller is inside this SRQ's call of the owner's `pressure` (which runs under
+    /// `phase`, in the maintenance work that teardown waits for: tearing the SRQ down from there
+    /// would wait for itself).
+    pub(crate) fn in_own_pressure(&self) -> bool {
+        self.0.pressure_task.load(Ordering::Acquire) == current_task()
+    }
+
     /// Returns the buffers the handler kept and has not given back.
     pub(crate) fn kept(&self) -> u64 {
         self.stat(SrqStat::Kept)
@@ -466,16 +492,22 @@ impl<H: SrqHandler> Drop for RecvSrqs<H> {
     fn drop(&mut self) {
         let mut any = false;
         for s in self.0.iter() {
-            any |= s.0.destroy() && !s.0.bufs.is_empty();
+            any |= s.0.close();
         }
         if any {
+            super::reached(super::Point::SrqHandlersWait);
             wait_for_dispatch();
         }
         for s in self.0.iter() {
             s.0.waited.store(true, Ordering::Relaxed);
         }
-        // Each SRQ's own drop now only cancels its work and frees its buffers.
+        // Each SRQ's own drop now destroys its SRQ, cancels its work and frees its buffers.
     }
+}
+
+/// The address of the current task, as an identity.
+fn current_task() -> usize {
+    core::ptr::from_ref(kernel::current!()) as usize
 }
 
 impl<H: SrqHandler> Inner<H> {
@@ -693,14 +725,12 @@ impl<H: SrqHandler> Inner<H> {
             self.last_pressure_ms.store(now, Ordering::Release);
             if self.bufs.is_empty() {
                 // The owner posts the receives: it decides.
-                self.handler
-                    .pressure(self.srq(), Pressure::Low, self.max_wr);
+                self.tell(Pressure::Low, self.max_wr);
             } else if let Some(n) = next_step(self.step, self.max_wr, self.held()) {
                 match self.grow(n) {
                     Ok(()) => {
                         self.stats.inc(SrqStat::Grown as usize);
-                        let t = self.target();
-                        self.handler.pressure(self.srq(), Pressure::Grown, t);
+                        self.tell(Pressure::Grown, self.target());
                     }
                     Err(_) => self.stats.inc(SrqStat::Errors as usize),
                 }
@@ -710,8 +740,7 @@ impl<H: SrqHandler> Inner<H> {
             // One step per quiet period: the next goes only if the quiet lasts another.
             self.last_pressure_ms.store(now, Ordering::Release);
             self.stats.inc(SrqStat::Shrunk as usize);
-            let t = self.target();
-            self.handler.pressure(self.srq(), Pressure::Shrunk, t);
+            self.tell(Pressure::Shrunk, self.target());
             self.rearm();
         }
         // While grown, look again once a quiet period could have passed, on the real clock.
@@ -722,6 +751,13 @@ impl<H: SrqHandler> Inner<H> {
             self.maint
                 .queue(u32::try_from(left.max(1)).unwrap_or(u32::MAX));
         }
+    }
+
+    /// Calls the owner's `pressure`, marked as this task's (see [`RecvSrq::in_own_pressure`]).
+    fn tell(&self, what: Pressure, posted: u32) {
+        self.pressure_task.store(current_task(), Ordering::Release);
+        self.handler.pressure(self.srq(), what, posted);
+        self.pressure_task.store(0, Ordering::Release);
     }
 
     /// Returns the milliseconds since the last limit event, on aging's clock (in the KUnit
@@ -751,6 +787,17 @@ impl<H: SrqHandler> Inner<H> {
         }
     }
 
+    /// Begins teardown: from now on handlers neither call the owner nor post, and the
+    /// maintenance work does nothing. Set under `phase`, so a run of the work in progress
+    /// finishes first. Returns whether ibext's engine may be running handlers of this SRQ's
+    /// buffers (it has managed buffers), which the caller then waits for before destroying it.
+    fn close(&self) -> bool {
+        let phase = self.phase.lock();
+        self.closing.store(true, Ordering::Release);
+        drop(phase);
+        !self.bufs.is_empty()
+    }
+
     /// Destroys the SRQ if it is still live; returns whether it is destroyed now.
     fn destroy(&self) -> bool {
         let mut phase = self.phase.lock();
@@ -772,15 +819,19 @@ impl<H: SrqHandler> Inner<H> {
 #[pinned_drop]
 impl<H: SrqHandler> PinnedDrop for Inner<H> {
     fn drop(self: Pin<&mut Self>) {
-        if self.destroy() && !self.bufs.is_empty() && !self.waited.load(Ordering::Relaxed) {
+        if self.close() && !self.waited.load(Ordering::Relaxed) {
             // Handlers ibext's engine is running (softirq or workqueue, possibly sleeping)
-            // return before this does.
+            // return before this does; those that start later see `closing` and leave the SRQ
+            // alone. Only then is it destroyed: a handler that read `closing` clear may still
+            // post on it until this wait returns.
+            super::reached(super::Point::SrqHandlersWait);
             wait_for_dispatch();
         }
-        // The SRQ raises no event and completes no receive any more, so nothing queues the work
-        // again but itself, which cancelling stops; a run that is late finds the SRQ not live.
-        // Before the steps are freed below, which the work frees too.
-        self.maint.cancel_sync();
+        self.destroy();
+        // The SRQ raises no event and completes no receive any more, and a run finds it
+        // closing; disabled, so that nothing queues the work again. Before the steps are freed
+        // below, which the work frees too.
+        self.maint.disable_sync();
         if *self.phase.lock() == Phase::Leaked {
             // SAFETY: Nothing is moved out of the pinned allocation: `bufs` is not structurally
             // pinned, and only its heap storage is given up.
@@ -861,6 +912,13 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
         let b = &*wc.wr_cqe().cast::<RecvBuf>();
         (b, &*b.owner.cast::<Inner<H>>())
     };
+    super::park_point(super::Point::RecvDone, b.owner);
+    if inner.closing.load(Ordering::Acquire) {
+        // The pool is being torn down (its QPs are gone): the owner has let go of the SRQ, and
+        // teardown waits for this handler before it destroys the SRQ. The buffer stays where
+        // it is until teardown frees it.
+        return;
+    }
     let len = b.data.len();
     if wc.is_success() {
         inner.stats.inc(SrqStat::Completions as usize);
@@ -919,8 +977,9 @@ impl<H: SrqHandler> DelayedRun for Inner<H> {
     /// The maintenance work: frees retired steps, grows on a limit event and re-arms the
     /// limit, shrinks once the pressure is gone; nothing once the SRQ is destroyed.
     fn run(&self) {
+        super::park_point(super::Point::SrqMaintain, core::ptr::from_ref(self).cast());
         let phase = self.phase.lock();
-        if *phase == Phase::Live {
+        if *phase == Phase::Live && !self.closing.load(Ordering::Acquire) {
             self.maintain();
         }
         drop(phase);

@@ -15,6 +15,11 @@ pub(crate) fn eopnotsupp() -> Error {
     Error::from_errno(-(kernel::bindings::EOPNOTSUPP as i32))
 }
 
+/// `-EDEADLK`, which `kernel::error::code` lacks on 6.12.
+pub(crate) fn edeadlk() -> Error {
+    Error::from_errno(-(kernel::bindings::EDEADLK as i32))
+}
+
 /// A protection domain, `struct ib_pd`, lent by the ULP that allocated it.
 ///
 /// # Invariants

@@ -13,8 +13,8 @@ use core::mem::ManuallyDrop;
 
 use super::{
     guest::{
-        debugfs_exists, link_add, link_delete, msleep, required, restore_links, short_sleep,
-        wait_for,
+        debugfs_exists, link_add, link_delete, msleep, pass_on_worker, required, restore_links,
+        short_sleep, wait_for,
     },
     stream::now_ns,
 };
@@ -33,15 +33,15 @@ use crate::{
     ledger::{self, Kind},
     policy::moderation::Moderation,
     srq_pool::SrqPool,
-    tests::hooks::FAIL_AT,
+    tests::hooks::{Parking, Point, FAIL_AT},
     warn::expect_warnings,
 };
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
-use kernel::{c_str, prelude::*};
+use kernel::{c_str, prelude::*, sync::Arc, workqueue};
 
 /// A PD, deallocated when dropped (ib_core warns if anything still uses it).
 pub(super) struct Pd(NonNull<bindings::ib_pd>);
@@ -158,7 +158,14 @@ struct Rx {
     /// `pressure` calls per `enum ibext_srq_pressure` value, and the last count given.
     pressure: [AtomicU32; 3],
     last_posted: AtomicU32,
+    /// A pool that the next `pressure` call destroys (null: none), and what the destroy
+    /// returned ([`NOT_YET`] until then).
+    destroy_pool: AtomicPtr<bindings::ibext_srq_pool>,
+    destroy_result: AtomicI32,
 }
+
+/// [`Rx::destroy_result`] before the destroy was tried.
+const NOT_YET: i32 = i32::MIN;
 
 // SAFETY: The raw pointers are only compared; the counters are atomics.
 unsafe impl Sync for Rx {}
@@ -193,6 +200,8 @@ impl Rx {
                 stash_len: AtomicUsize::new(0),
                 pressure: [const { AtomicU32::new(0) }; 3],
                 last_posted: AtomicU32::new(0),
+                destroy_pool: AtomicPtr::new(core::ptr::null_mut()),
+                destroy_result: AtomicI32::new(NOT_YET),
             },
             GFP_KERNEL,
         )?)
@@ -282,6 +291,14 @@ unsafe extern "C" fn rx_pressure(
         n.fetch_add(1, Ordering::AcqRel);
     }
     rx.last_posted.store(posted, Ordering::Release);
+    let pool = rx
+        .destroy_pool
+        .swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !pool.is_null() {
+        // SAFETY: A live pool, handed over by the test for this call.
+        let r = unsafe { ibext_srq_pool_destroy(pool) };
+        rx.destroy_result.store(r, Ordering::Release);
+    }
 }
 
 /// One receive the test posts itself, reposted after each completion: on a per-QP receive queue
@@ -1740,7 +1757,7 @@ fn link_delete_after_cleanup_checks() -> TestResult {
     Ok(())
 }
 
-/// Issue 6: receive-buffer bytes and ops/s for 64 QPs, per-QP receive queues of 256 against an
+/// The SRQ pool benchmark: receive-buffer bytes and ops/s for 64 QPs, per-QP receive queues of 256 against an
 /// SRQ pool of 4 SRQs of 256, buffers of 4 KiB, side by side with the order rotated.
 pub(crate) fn srq_bench() -> TestResult {
     const QPS: usize = 64;
@@ -1779,6 +1796,153 @@ pub(crate) fn srq_bench() -> TestResult {
     Ok(())
 }
 
+/// A managed receive's handler that ibext's engine is running when the pool is destroyed: the
+/// handler is held on entry (`Point::RecvDone`) with a real message in it, the QP is destroyed,
+/// and the pool's teardown runs on a worker until it waits for the handlers in flight
+/// (`Point::SrqHandlersWait`). Then the handler goes on. It must neither call the ULP nor post
+/// its buffer again: the SRQ is closing. Before the fix the SRQ was already destroyed there, and
+/// the handler called the ULP and reposted on the freed SRQ. In every poll context.
+fn handler_in_flight_at_destroy() -> TestResult {
+    let dev = required(c_str!("rxe0"))?;
+    for ctx in PollCtx::ALL {
+        let f = Fleet::with_ctx(
+            dev.device(),
+            1,
+            1,
+            Recv::Pool { nr: 1, size: 16 },
+            64,
+            ctx,
+            false,
+        )
+        .map_err(|_| Failed)?;
+        handler_in_flight_checks(f, ctx)?;
+    }
+    kassert_eq!(ledger::counts(Kind::SrqPool).live(), 0);
+    Ok(())
+}
+
+fn handler_in_flight_checks(mut f: Fleet, ctx: PollCtx) -> TestResult {
+    let cq = f.cqs.first().map(PooledCq::as_raw).ok_or(Failed)?;
+    let at = f.engines().next().map(|e| core::ptr::from_ref(e) as usize);
+    let at = at.ok_or(Failed)?;
+    // SAFETY: The fleet holds the CQ until it is dropped, after this function.
+    let engine = unsafe { &*(at as *const crate::cq_engine::CqEngine) };
+    let parking = Parking::arm(Point::RecvDone, core::ptr::null());
+    // The message's completions wait in the CQ; then a worker runs the pass that holds the
+    // receive's handler (see `pass_on_worker`).
+    engine.test_hold();
+    f.post_range(0, 0..1)?;
+    // SAFETY: The CQ is live (held by the fleet).
+    let queued = wait_for(
+        60_000,
+        || unsafe { bindings::ibext_test_peek_cq(cq, 2) } >= 2,
+    );
+    let passed = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
+    let started = queued && pass_on_worker(engine, &passed).is_ok();
+    let parked = started && parking.wait_parked(60_000);
+    engine.test_release();
+    kassert!(
+        queued,
+        "{}: the message's completions never came",
+        ctx.name()
+    );
+    kassert!(parked, "{}: no handler parked", ctx.name());
+    drop(core::mem::replace(&mut f.qps, KVec::new()));
+    drop(core::mem::replace(&mut f.refs, KVec::new()));
+    let pool = f.pool.as_ref().map_or(core::ptr::null_mut(), |p| p.0) as usize;
+    let result = Arc::new(AtomicI32::new(NOT_YET), GFP_KERNEL)?;
+    let r = result.clone();
+    let spawned = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+        // SAFETY: A live pool; the test gives up its handle if this succeeds.
+        let ret = unsafe { ibext_srq_pool_destroy(pool as *mut bindings::ibext_srq_pool) };
+        r.store(ret, Ordering::Release);
+    });
+    kassert!(spawned.is_ok(), "cannot start the destroyer");
+    let waiting = wait_for(60_000, || {
+        Parking::was_reached(Point::SrqHandlersWait) || result.load(Ordering::Acquire) != NOT_YET
+    });
+    kassert!(
+        waiting,
+        "{}: teardown never waited for handlers",
+        ctx.name()
+    );
+    kassert_eq!(f.rx.received.load(Ordering::Acquire), 0, "{}", ctx.name());
+    kassert!(
+        parking.release(),
+        "{}: the handler was held too long",
+        ctx.name()
+    );
+    let done = wait_for(60_000, || result.load(Ordering::Acquire) != NOT_YET);
+    kassert!(done, "{}: destroy did not return", ctx.name());
+    kassert_eq!(result.load(Ordering::Acquire), 0, "{}", ctx.name());
+    if let Some(p) = f.pool.as_mut() {
+        p.0 = core::ptr::null_mut();
+    }
+    kassert_eq!(
+        f.rx.received.load(Ordering::Acquire),
+        0,
+        "{}: a handler released after its pool began closing called the ULP",
+        ctx.name()
+    );
+    kassert!(wait_for(60_000, || passed.load(Ordering::Acquire) == 1));
+    Ok(())
+}
+
+/// A ULP whose `pressure` callback destroys its own pool, its QP gone. The callback runs in the
+/// SRQ's maintenance work, which holds the SRQ's `phase` mutex and which teardown cancels and
+/// waits for: the destroy would wait for itself. It is refused with `-EDEADLK`, and nothing
+/// changes: the pool is destroyed normally afterwards. The work is held on entry
+/// (`Point::SrqMaintain`) after a real limit event, while the QP goes. Before the fix the
+/// callback's destroy hung the work for good.
+fn pressure_callback_destroying_its_pool() -> TestResult {
+    const DEPTH: u32 = 16;
+    let dev = required(c_str!("rxe0"))?;
+    let mut f = Fleet::new(dev.device(), 1, DEPTH, Recv::PoolUlp { depth: DEPTH }, 64)
+        .map_err(|_| Failed)?;
+    let parking = Parking::arm(Point::SrqMaintain, core::ptr::null());
+    for e in f.engines() {
+        e.test_hold();
+    }
+    // Every receive of the QP's SRQ is used up: the limit event queues the maintenance work.
+    f.post_range(0, 0..DEPTH)?;
+    let parked = parking.wait_parked(60_000);
+    for e in f.engines() {
+        e.test_release();
+    }
+    kassert!(parked, "no maintenance work after a limit event");
+    kassert!(wait_for(30_000, || f.rx.received.load(Ordering::Acquire)
+        == u64::from(DEPTH)));
+    drop(core::mem::replace(&mut f.qps, KVec::new()));
+    drop(core::mem::replace(&mut f.refs, KVec::new()));
+    let pool = f.pool.as_ref().map_or(core::ptr::null_mut(), |p| p.0);
+    f.rx.destroy_pool.store(pool, Ordering::Release);
+    let mut released = false;
+    let mut tried = false;
+    let warned = expect_warnings(|| {
+        released = parking.release();
+        tried = wait_for(60_000, || {
+            f.rx.destroy_result.load(Ordering::Acquire) != NOT_YET
+        });
+    });
+    kassert!(released, "the work was held too long");
+    if !tried {
+        // The work is stuck inside the pool's teardown: leave everything to it.
+        core::mem::forget(f);
+        kassert!(tried, "the pressure callback's destroy never returned");
+        // Not reached: the assertion above fails.
+        return Ok(());
+    }
+    kassert_eq!(
+        f.rx.destroy_result.load(Ordering::Acquire),
+        crate::ib::verbs::edeadlk().to_errno()
+    );
+    kassert_eq!(warned, 1);
+    bad_input_ok("srq_destroy.from_pressure");
+    kassert!(f.rx.pressure[0].load(Ordering::Acquire) > 0);
+    kassert_eq!(f.pool.as_mut().map_or(-1, Pool::destroy), 0);
+    Ok(())
+}
+
 kunit_suite!(
     ibext_srq,
     [
@@ -1786,6 +1950,8 @@ kunit_suite!(
         references_and_busy,
         destroy_refused_while_a_qp_is_attached,
         sleeping_handlers_then_destroy,
+        handler_in_flight_at_destroy,
+        pressure_callback_destroying_its_pool,
         drain_srq_qp_on_a_shared_cq,
         traffic_exactly_once,
         ulp_posted_receives,
