@@ -410,7 +410,7 @@ nvme_steps() {
 }
 
 # make bench: NVMe over RDMA through upstream's nvme-rdma and nvmet-rdma
-# against the ports of ulp/, side by side in this boot (issue 16). Each of
+# against the ports of ulp/, side by side in this boot. Each of
 # NB_REPS repetitions loads one pair, connects ($SMP I/O queues), runs every
 # fio point, disconnects and unloads, then does the same with the other pair;
 # the order alternates. A point is fio's 4 KiB random reads at one queue depth

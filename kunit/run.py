@@ -634,7 +634,7 @@ def main():
 
 def start_hogs():
     """One busy process per host core, for the whole run: the guests then get a share of the
-    host, not all of it, as on a busy CI machine. Tests must pass like this (issue 15)."""
+    host, not all of it, as on a busy CI machine. Tests must pass like this: no test may depend on the guest's speed."""
     n = os.cpu_count() or 2
     print(f"ibext: STRESS: {n} CPU hogs on the host for the whole run", flush=True)
     return [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]

@@ -71,7 +71,8 @@ pub(crate) fn slots_for(n: usize) -> usize {
 /// octets of an address range: the high bytes of the second half, read little-endian). The
 /// rotation moves those to the low half of the word, and the product's high bits depend on every
 /// bit of it. The lookup is on the GID cache's hot path, where the murmur3 finalizer's three
-/// multiplies cost a sixth of ibext's own instructions (issue 17).
+/// multiplies cost a sixth of ibext's own instructions (instruction profile of one lookup,
+/// `scripts/insn-profile.py`).
 pub(crate) fn hash(key: &GidKey) -> u64 {
     let mut lo = [0u8; 8];
     let mut hi = [0u8; 8];

@@ -460,7 +460,7 @@ fn burst(dev: &DeviceRef, setup: Setup, qps: usize, nr_cqe: u32) -> Result<(u32,
     Ok(peak)
 }
 
-/// Issue 18: the CQs a pool keeps after a burst of 64 connections (1024 entries each, as a
+/// Aging: the CQs a pool keeps after a burst of 64 connections (1024 entries each, as a
 /// queue of 256 commands with its send, receive and spare entries) has come and gone. ibext's
 /// pool is measured once its aging work has run, on the guest's real clock, a period after the
 /// last put; upstream's pool never gives anything back. The `floor` row is the least ibext may
@@ -522,7 +522,7 @@ fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
     Ok(())
 }
 
-/// Issue 18: ops/s of the CQ pool bench with aging as shipped against aging off, at three
+/// Aging's cost: ops/s of the CQ pool bench with aging as shipped against aging off, at three
 /// points.
 fn cq_aging_ops_bench() -> TestResult {
     let dev = super::guest::required(c_str!("rxe0"))?;
@@ -550,7 +550,7 @@ fn emit_aging(label: &str, rep: usize, order: usize, peak: (u32, u64), after: (u
     );
 }
 
-/// Issue 5: moderation modes of ibext's pool: true depth 1 (one QP, one send in flight), then
+/// Moderation: the modes of ibext's pool: true depth 1 (one QP, one send in flight), then
 /// 16 QPs at depths 1 to 128.
 fn dim_bench() -> TestResult {
     let dev = super::guest::required(c_str!("rxe0"))?;
@@ -568,7 +568,7 @@ fn dim_bench() -> TestResult {
             Setup::Ibext(PollCtx::Softirq, Moderation::Adaptive),
             "adaptive",
         ),
-        // Not one of issue 5's setups: the adaptive mode in the context of the fastest fixed
+        // Not one of the fixed modes' setups: the adaptive mode in the context of the fastest fixed
         // mode at low depth on rxe, to tell the context's share from the policy's.
         (
             Setup::Ibext(PollCtx::Workqueue, Moderation::Adaptive),

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Issue 17: what a pooled CQ's completion engine costs per completion, without the traffic
+//! What a pooled CQ's completion engine costs per completion, without the traffic
 //! around it.
 //!
 //! The CQ pool benchmark times whole operations, and rxe's work per operation (about 19,000
@@ -338,7 +338,7 @@ fn drain(dev: &DeviceRef, ibext: bool, n: u32) -> core::result::Result<u64, Fail
     Ok(t1.saturating_sub(t0))
 }
 
-/// Issue 17: the engines' cost per completion, ibext's pool and upstream's side by side, for
+/// The engines' cost per completion, ibext's pool and upstream's side by side, for
 /// drains of 2, 16 and 128 completions.
 pub(crate) fn cq_drain_bench() -> TestResult {
     let dev = required(c_str!("rxe0"))?;

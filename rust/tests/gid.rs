@@ -731,7 +731,7 @@ fn grow_rxe1(dev: &Device, state: &DeviceState, have_hosts: u16, want: usize) ->
     Ok(hosts)
 }
 
-/// Issue 7: ns per lookup for the first, middle and last valid entry of tables of 4, 128 and
+/// The GID lookup benchmark: ns per lookup for the first, middle and last valid entry of tables of 4, 128 and
 /// about 1000 entries, and for a GID on the second of two devices searched in turn, through
 /// ibext, `rdma_find_gid` and a `rdma_query_gid` loop, side by side.
 pub(crate) fn gid_bench() -> TestResult {
