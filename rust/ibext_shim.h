@@ -132,6 +132,7 @@ int ibext_test_run_with_fail_nth(char **argv, char **envp, unsigned int nth);
 void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
 void ibext_test_in_bh(void (*fn)(void *), void *arg);
 bool ibext_test_may_sleep(void);
+u64 ibext_test_softirq_run(void);
 s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name);
 void ibext_test_upstream_pool_resident(struct ib_device *dev,
 				       enum ib_poll_context ctx, u32 *cqs,

@@ -42,6 +42,8 @@ struct FakeCq {
     events: u64,
     rearms: u64,
     keep_polling: u64,
+    /// Passes under budget that asked for another pass without re-arming (polling mode).
+    repolls: u64,
     /// Sizes of the `poll` calls.
     polls: Vec<u32>,
     /// Completions that arrive in the window between a pass's last poll and its re-arm, one
@@ -152,6 +154,14 @@ impl Cq for FakeCq {
     fn keep_polling(&mut self) {
         self.keep_polling += 1;
         // irq_poll keeps the CQ listed; a work item requeues itself. Either way another pass.
+        self.sched();
+    }
+
+    fn repoll(&mut self) {
+        self.repolls += 1;
+        // As a pass that used its budget: still listed (irq_poll), another pass follows. The
+        // yield before it (the softirq's run ending, or a work item's timer) takes no virtual
+        // time here.
         self.sched();
     }
 }
@@ -440,6 +450,9 @@ fn adaptive_switches_to_polling_and_back() {
     assert_eq!(ends, [Some(PassEnd::Poll), Some(PassEnd::Rearm)]);
     assert_eq!(sim.stats.mode_switches, 2);
     assert_eq!(sim.cq.rearms, rearms + 1);
+    // Polling mode polls again through the yielding path, never by leaving the list and
+    // scheduling itself at once (which, in softirq, ran the next pass in the same run).
+    assert_eq!(sim.cq.repolls, 1);
 }
 
 #[test]
@@ -550,7 +563,15 @@ fn poll_pass_leaves_the_list_to_its_tail() {
             assert_eq!(stats.passes, 1);
             assert_eq!(stats.completions, u64::from(r.completed));
             end_pass(&mut cq, r.end, &mut stats);
-            assert_eq!(cq.on_list, r.end.is_none(), "{mode:?}");
+            // Only a re-arm or a deferral leaves the list: a pass that used its budget, and one
+            // that polls again (polling mode), stay on it as irq_poll's NAPI-like owner.
+            let stays = matches!(r.end, None | Some(PassEnd::Poll));
+            assert_eq!(cq.on_list, stays, "{mode:?}");
+            assert_eq!(
+                cq.repolls,
+                u64::from(r.end == Some(PassEnd::Poll)),
+                "{mode:?}"
+            );
         }
     }
 }

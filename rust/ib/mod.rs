@@ -36,7 +36,9 @@ pub(crate) fn fault_point() -> kernel::error::Result {
 /// A point where, in the KUnit flavour, a test can hold the caller to force one interleaving of
 /// a race (`tests::hooks::park_point`); nothing in the product module.
 #[cfg(ibext_kunit)]
-pub(crate) use crate::tests::hooks::{park_point, reached, Point};
+pub(crate) use crate::tests::hooks::{
+    park_point, reached, softirq_pass_begins, softirq_repoll_asked, Point,
+};
 
 /// The points of [`park_point`]; none in the product module.
 #[cfg(not(ibext_kunit))]
@@ -65,6 +67,17 @@ pub(crate) fn park_point(_p: Point, _obj: *const core::ffi::c_void) {}
 #[cfg(not(ibext_kunit))]
 #[inline(always)]
 pub(crate) fn reached(_p: Point) {}
+
+/// Nothing in the product module (the KUnit flavour watches softirq repolls,
+/// `tests::hooks::RepollWatch`).
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn softirq_repoll_asked(_obj: *const core::ffi::c_void) {}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn softirq_pass_begins(_obj: *const core::ffi::c_void) {}
 
 use kernel::{str::CStr, types::Opaque};
 

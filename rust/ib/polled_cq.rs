@@ -13,8 +13,8 @@
 //!   CQ has one of the two). irq_poll guarantees it only while the pass is on its list: once the
 //!   pass leaves it (`irq_poll_complete`), an event on another CPU may start the next pass
 //!   there. So the pass finishes every write of its own before it leaves, and its tail
-//!   ([`Handler::tail`]: re-arm, schedule, defer) touches no poller state; debug kernels assert
-//!   the rule;
+//!   ([`Handler::tail`]: re-arm, schedule, defer, or stay listed) touches no poller state;
+//!   debug kernels assert the rule;
 //! - every `wr_cqe->done` runs inside an SRCU read-side section of ibext's (workqueue
 //!   contexts) or in softirq context (irq_poll), both of which `ib::cq::wait_for_dispatch`
 //!   waits for, and every completion handler and timer callback inside
@@ -70,8 +70,9 @@ pub(crate) trait Handler: Sized + Send + Sync {
     ) -> (u32, Self::Tail);
 
     /// The end of the pass: leave irq_poll's list ([`PassCtl::leave_poll_list`]), then re-arm,
-    /// schedule or defer. After leaving the list another pass of `cq` may run beside it, so it
-    /// touches no poller state (it has none to touch).
+    /// schedule or defer; or stay on it ([`PassCtl::stay_on_poll_list`]) to be polled again.
+    /// After leaving the list another pass of `cq` may run beside it, so it touches no poller
+    /// state (it has none to touch).
     fn tail(cq: &PolledCq<Self>, pass: &mut PassCtl<'_, Self>, tail: Self::Tail);
 
     /// The CQ's completion event, from the driver (hard-IRQ context, or rxe's CQ lock held with
@@ -328,7 +329,14 @@ impl<H: Handler> PolledCq<H> {
         // SAFETY: FFI call; paired with the exit below.
         let idx = (!iop).then(|| unsafe { bindings::ibext_shim_handlers_enter() });
         self.in_pass.enter();
-        let mut ctl = PassCtl { cq: self, iop };
+        let mut ctl = PassCtl {
+            cq: self,
+            iop,
+            stay: false,
+        };
+        if iop {
+            super::softirq_pass_begins(self.raw().cast());
+        }
         let (n, tail) = {
             // SAFETY: Only passes touch `poller`, one at a time (type invariant; caller
             // contract): the pass is on irq_poll's list, or is the work item, until `tail`.
@@ -343,7 +351,13 @@ impl<H: Handler> PolledCq<H> {
             // SAFETY: Paired with the enter above.
             unsafe { bindings::ibext_shim_handlers_exit(idx) };
         }
-        n
+        // A pass that stays on irq_poll's list must report at least its weight: irq_poll then
+        // keeps it there (`irq_poll_softirq`); one that reports less must have left it.
+        if ctl.stay {
+            n.max(budget)
+        } else {
+            n
+        }
     }
 
     /// The CQ's completion handler.
@@ -440,6 +454,8 @@ impl<H: Handler> PolledCq<H> {
 pub(crate) struct PassCtl<'a, H: Handler> {
     cq: &'a PolledCq<H>,
     iop: bool,
+    /// irq_poll only: the pass stays on irq_poll's list and reports its whole budget.
+    stay: bool,
 }
 
 impl<H: Handler> PassCtl<'_, H> {
@@ -489,6 +505,16 @@ impl<H: Handler> PassCtl<'_, H> {
             unsafe { bindings::irq_poll_complete(self.cq.iop.get()) };
         }
         super::park_point(super::Point::PassTail, self.cq.raw().cast());
+    }
+
+    /// irq_poll only: the pass stays on irq_poll's list, as one that used its whole budget
+    /// (`PolledCq::run` reports the budget): irq_poll polls it again after its other CQs, and
+    /// ends its run first if its own budget is spent. Nothing in the workqueue contexts.
+    pub(crate) fn stay_on_poll_list(&mut self) {
+        if self.iop {
+            self.stay = true;
+            super::softirq_repoll_asked(self.cq.raw().cast());
+        }
     }
 
     /// Feeds lib/dim one sample: a pass that handled `completed` completions (upstream's

@@ -11,9 +11,10 @@
 //!    poll finds fewer than it asked for and fewer than [`POLL_AGAIN_AT`];
 //! 2. with moderation, feed DIM one sample for the pass (as upstream's `ib_poll_handler`);
 //! 3. let [`end_of_pass`] decide what follows: nothing (the budget was used: stay in polling
-//!    mode, without re-arming), or, after leaving the poll list, a re-arm with
+//!    mode, without re-arming); another pass without re-arming, after the poller has yielded
+//!    ([`Cq::repoll`]); or, after leaving the poll list, a re-arm with
 //!    `IB_CQ_REPORT_MISSED_EVENTS` that schedules another pass if completions were missed (the
-//!    race-free loop from the IB/srp thread), an immediate pass, or a deferred one.
+//!    race-free loop from the IB/srp thread), or a deferred pass.
 //!
 //! The counters [`poll_pass`] keeps are the poller's own (one poller per CQ at a time), so the
 //! kernel side may store them without read-modify-write atomics; [`end_pass`] runs after the
@@ -45,7 +46,7 @@ pub(crate) const POLL_AGAIN_AT: u32 = 16;
 ///
 /// Every method is called by the CQ's poller only: those [`poll_pass`] calls one pass at a
 /// time, those [`end_pass`] calls (`leave_poll_list`, `rearm`, `schedule`, `defer`,
-/// `keep_polling`) possibly beside the next pass.
+/// `keep_polling`, `repoll`) possibly beside the next pass.
 pub(crate) trait Cq {
     /// Polls at most `max` (at most [`POLL_BATCH`]) completions and hands each to its
     /// consumer; returns how many.
@@ -69,6 +70,13 @@ pub(crate) trait Cq {
     /// The pass used its budget: the context keeps polling (irq_poll keeps the CQ on its list;
     /// a work item requeues itself).
     fn keep_polling(&mut self);
+    /// The pass stayed under budget but the CQ is to be polled again without re-arming (polling
+    /// mode, [`PassEnd::Poll`]): poll again once the CPU has been offered to others, as NAPI
+    /// does for an instance that is not done. irq_poll keeps the CQ on its list as a pass that
+    /// used its whole budget, so the softirq ends its run first (and, after its restarts, hands
+    /// over to `ksoftirqd`); a work item requeues itself (its worker yields between items).
+    /// Called instead of `leave_poll_list`.
+    fn repoll(&mut self);
 }
 
 /// The poller's counters, in the order of [`PassStats::ALL`].
@@ -149,23 +157,23 @@ pub(crate) fn poll_pass<C: Cq>(
 }
 
 /// What follows a pass (step 3), given what [`poll_pass`] decided: nothing (the budget was
-/// used: stay in polling mode), or leave the poll list and then re-arm, schedule or defer. After
-/// leaving the list it touches no state of the poller's: another pass may already be running.
+/// used: stay in polling mode), another pass after yielding, or leave the poll list and then
+/// re-arm (scheduling a pass for missed completions) or defer. After leaving the list it
+/// touches no state of the poller's: another pass may already be running.
 pub(crate) fn end_pass<C: Cq>(cq: &mut C, end: Option<PassEnd>, stats: &mut PassStats) {
     match end {
         None => cq.keep_polling(),
-        Some(e) => {
+        Some(PassEnd::Poll) => cq.repoll(),
+        Some(PassEnd::Rearm) => {
             cq.leave_poll_list();
-            match e {
-                PassEnd::Rearm => {
-                    if cq.rearm() {
-                        stats.missed_at_rearm += 1;
-                        cq.schedule();
-                    }
-                }
-                PassEnd::Poll => cq.schedule(),
-                PassEnd::Defer { usec } => cq.defer(usec),
+            if cq.rearm() {
+                stats.missed_at_rearm += 1;
+                cq.schedule();
             }
+        }
+        Some(PassEnd::Defer { usec }) => {
+            cq.leave_poll_list();
+            cq.defer(usec);
         }
     }
 }

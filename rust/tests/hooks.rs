@@ -180,3 +180,68 @@ impl Drop for Parking {
         self.release();
     }
 }
+
+/// The polled CQ whose softirq passes are watched for a repoll in the same run of
+/// `IRQ_POLL_SOFTIRQ` (0: none); see [`RepollWatch`].
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+/// The run (`ibext_test_softirq_run`) in which the watched CQ's last pass asked, in its tail, to
+/// be polled again without re-arming; 0 once the next pass began.
+static REPOLL_RUN: AtomicU64 = AtomicU64::new(0);
+/// Repolls the watched CQ asked for.
+static REPOLLS: AtomicU64 = AtomicU64::new(0);
+/// Passes of the watched CQ that began in the very run of `IRQ_POLL_SOFTIRQ` whose pass asked
+/// for them: the softirq did not yield between the two.
+static SAME_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// Product code: a softirq pass of `obj` asks to be polled again without re-arming. One load
+/// unless `obj` is watched.
+#[inline(always)]
+pub(crate) fn softirq_repoll_asked(obj: *const core::ffi::c_void) {
+    if WATCHED.load(Ordering::Relaxed) == obj as usize && !obj.is_null() {
+        // SAFETY: FFI call; we are in the softirq that runs the pass.
+        let run = unsafe { crate::bindings::ibext_test_softirq_run() };
+        REPOLLS.fetch_add(1, Ordering::Relaxed);
+        REPOLL_RUN.store(run, Ordering::Release);
+    }
+}
+
+/// Product code: a softirq pass of `obj` begins. One load unless `obj` is watched.
+#[inline(always)]
+pub(crate) fn softirq_pass_begins(obj: *const core::ffi::c_void) {
+    if WATCHED.load(Ordering::Relaxed) == obj as usize && !obj.is_null() {
+        // SAFETY: As above.
+        let run = unsafe { crate::bindings::ibext_test_softirq_run() };
+        if REPOLL_RUN.swap(0, Ordering::AcqRel) == run {
+            SAME_RUN.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A test's watch on one polled CQ's softirq passes: does a pass that asks to be polled again
+/// at once (polling mode) let the softirq end its run before the next pass? Unwatched on drop.
+pub(crate) struct RepollWatch(());
+
+impl RepollWatch {
+    /// Watches the CQ `obj` (its `ib_cq`), from zero.
+    pub(crate) fn arm(obj: *const core::ffi::c_void) -> RepollWatch {
+        REPOLL_RUN.store(0, Ordering::Release);
+        REPOLLS.store(0, Ordering::Release);
+        SAME_RUN.store(0, Ordering::Release);
+        WATCHED.store(obj as usize, Ordering::Release);
+        RepollWatch(())
+    }
+
+    /// (repolls asked for, passes that ran in the same softirq run as the pass that asked).
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            REPOLLS.load(Ordering::Acquire),
+            SAME_RUN.load(Ordering::Acquire),
+        )
+    }
+}
+
+impl Drop for RepollWatch {
+    fn drop(&mut self) {
+        WATCHED.store(0, Ordering::Release);
+    }
+}

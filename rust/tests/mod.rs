@@ -22,3 +22,4 @@ mod races;
 mod srq;
 mod stream;
 mod traffic;
+mod yielding;

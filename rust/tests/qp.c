@@ -13,6 +13,7 @@
 #include <linux/delay.h>
 #include <linux/bottom_half.h>
 #include <linux/etherdevice.h>
+#include <linux/kernel_stat.h>
 #include <linux/netdevice.h>
 #include <linux/module.h>
 #include <linux/sched.h>
@@ -348,4 +349,18 @@ void ibext_test_in_bh(void (*fn)(void *), void *arg)
 bool ibext_test_may_sleep(void)
 {
 	return in_task() && !irqs_disabled();
+}
+
+/*
+ * Which run of IRQ_POLL_SOFTIRQ this CPU is in: the CPU in the top 16 bits, its
+ * count of the softirq's runs (kstat_incr_softirqs_this_cpu(), once before each
+ * irq_poll_softirq() call) below. Two calls in one run of irq_poll_softirq()
+ * return the same value. Called from that softirq, so the CPU cannot change.
+ */
+u64 ibext_test_softirq_run(void)
+{
+	unsigned int cpu = smp_processor_id();
+
+	return ((u64)cpu << 48) |
+	       (kstat_softirqs_cpu(IRQ_POLL_SOFTIRQ, cpu) & ((1ULL << 48) - 1));
 }
