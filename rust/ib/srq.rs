@@ -94,6 +94,9 @@ stat_enum! {
         RepostFailures => "repost_failures",
         /// `IB_EVENT_SRQ_LIMIT_REACHED` events.
         LimitEvents => "limit_events",
+        /// Limits armed (`ib_modify_srq` with `IB_SRQ_LIMIT`): at creation and after each
+        /// event.
+        LimitArms => "limit_arms",
         /// Buffers the handler kept ([`RecvAction::Keep`]).
         Kept => "kept",
         /// Kept buffers given back ([`RecvSrq::repost`]).
@@ -620,6 +623,7 @@ impl<H: SrqHandler> Inner<H> {
         if r != 0 {
             return Err(Error::from_errno(r));
         }
+        self.stats.inc(SrqStat::LimitArms as usize);
         self.limit.store(limit, Ordering::Release);
         Ok(())
     }
