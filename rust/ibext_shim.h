@@ -133,6 +133,9 @@ void ibext_test_usleep(unsigned long min_us, unsigned long max_us);
 void ibext_test_in_bh(void (*fn)(void *), void *arg);
 bool ibext_test_may_sleep(void);
 u64 ibext_test_softirq_run(void);
+int ibext_test_pin_self(int cpu);
+int ibext_test_this_cpu(void);
+int ibext_test_other_cpu(int cpu);
 s64 ibext_test_hw_counter(struct ib_device *dev, u32 port, const char *name);
 void ibext_test_upstream_pool_resident(struct ib_device *dev,
 				       enum ib_poll_context ctx, u32 *cqs,

@@ -264,21 +264,49 @@ unsafe extern "C" fn schedule_pass(arg: *mut core::ffi::c_void) {
     unsafe { &*arg.cast::<crate::cq_engine::CqEngine>() }.schedule();
 }
 
-/// On a worker: schedules a pass of `cq` with bottom halves disabled, so that a softirq pass
-/// runs on the worker's CPU when they are enabled again (a workqueue pass is queued as usual);
-/// then sets `done`. A pass a test holds then never sits on the test's CPU, nor on top of
-/// rxe's own work. The caller keeps `cq` alive until `done` is set.
+/// Where [`pass_on_worker`] runs a pass.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PassCpu {
+    /// On another CPU than the test's (a pass the test will hold there).
+    Other,
+    /// On the test's own CPU (a pass beside one held on another CPU).
+    Here,
+}
+
+/// On a worker bound to a CPU chosen by `on`: schedules a pass of `cq` with bottom halves
+/// disabled, so that a softirq pass runs on that CPU when they are enabled again (a workqueue
+/// pass is queued as usual); then sets `done`. The caller keeps `cq` alive until `done` is set.
+///
+/// The test task is pinned to its CPU from then on (until it ends). A pass held in softirq
+/// spins on its CPU and stops that CPU's timers too, the test's `msleep` among them: if the
+/// test slept on the CPU a worker later took (an unbound worker goes where it likes), the test
+/// could not wake up until the hold timed out. So the worker is bound, and the pass held
+/// (`PassCpu::Other`) never shares a CPU with the test. On a one-CPU guest both are the same.
 pub(crate) fn pass_on_worker(
     cq: &crate::cq_engine::CqEngine,
     done: &kernel::sync::Arc<core::sync::atomic::AtomicU32>,
+    on: PassCpu,
 ) -> crate::kunit::TestResult {
+    // SAFETY: FFI calls without preconditions.
+    let here = unsafe { bindings::ibext_test_this_cpu() };
+    let target = match on {
+        // SAFETY: As above.
+        PassCpu::Other => unsafe { bindings::ibext_test_other_cpu(here) },
+        PassCpu::Here => here,
+    };
     let at = core::ptr::from_ref(cq) as usize;
     let done = done.clone();
-    let r = kernel::workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+    // A bound workqueue runs the item on the CPU that queues it: queue it from `target`.
+    // SAFETY: FFI call in process context.
+    crate::kunit::kassert_eq!(unsafe { bindings::ibext_test_pin_self(target) }, 0);
+    let r = kernel::workqueue::system().try_spawn(GFP_KERNEL, move || {
         // SAFETY: The caller keeps the CQ alive until `done` is set.
         unsafe { bindings::ibext_test_in_bh(Some(schedule_pass), at as *mut core::ffi::c_void) };
         done.store(1, core::sync::atomic::Ordering::Release);
     });
+    // SAFETY: As above.
+    let back = unsafe { bindings::ibext_test_pin_self(here) };
     crate::kunit::kassert!(r.is_ok(), "cannot start a worker");
+    crate::kunit::kassert_eq!(back, 0);
     Ok(())
 }

@@ -352,6 +352,31 @@ bool ibext_test_may_sleep(void)
 }
 
 /*
+ * Pins the calling task to @cpu (negative: every CPU again); it runs on @cpu
+ * when this returns 0.
+ */
+int ibext_test_pin_self(int cpu)
+{
+	if (cpu < 0)
+		return set_cpus_allowed_ptr(current, cpu_possible_mask);
+	return set_cpus_allowed_ptr(current, cpumask_of(cpu));
+}
+
+/* The calling task's CPU now. */
+int ibext_test_this_cpu(void)
+{
+	return raw_smp_processor_id();
+}
+
+/* An online CPU other than @cpu, or @cpu if it is the only one. */
+int ibext_test_other_cpu(int cpu)
+{
+	unsigned int other = cpumask_any_but(cpu_online_mask, cpu);
+
+	return other < nr_cpu_ids ? other : cpu;
+}
+
+/*
  * Which run of IRQ_POLL_SOFTIRQ this CPU is in: the CPU in the top 16 bits, its
  * count of the softirq's runs (kstat_incr_softirqs_this_cpu(), once before each
  * irq_poll_softirq() call) below. Two calls in one run of irq_poll_softirq()

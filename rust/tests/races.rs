@@ -6,10 +6,10 @@
 //! The pass is held in softirq (`tests::hooks`, `Point::PassTail`) right after it left
 //! irq_poll's list (`irq_poll_complete`) and before it re-arms the CQ: from there on,
 //! `irq_poll_disable()` no longer waits for it, and another CPU may schedule the CQ again. The
-//! passes run on workers, with bottom halves disabled around the scheduling, so that a held
-//! pass spins on a worker's CPU and never on the test's.
+//! passes run on bound workers, with bottom halves disabled around the scheduling, so that a
+//! held pass spins on another CPU than the test's (`guest::pass_on_worker`).
 
-use super::guest::{pass_on_worker, required, wait_for};
+use super::guest::{pass_on_worker, required, wait_for, PassCpu};
 use crate::{
     cq_engine::{wait_for_handlers, CqEngine, CqStat, PollCtx},
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
@@ -46,7 +46,7 @@ fn teardown_waits_for_a_pass_tail() -> TestResult {
     wait_for_handlers();
     let parking = Parking::arm(Point::PassTail, raw);
     let passed = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
-    pass_on_worker(engine, &passed)?;
+    pass_on_worker(engine, &passed, PassCpu::Other)?;
     kassert!(
         parking.wait_parked(60_000),
         "the pass never reached its tail"
@@ -89,14 +89,14 @@ fn second_pass_beside_a_pass_tail() -> TestResult {
     let passes = || engine.snapshot().get(CqStat::Passes);
     let parking = Parking::arm(Point::PassTail, engine.raw().cast());
     let first = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
-    pass_on_worker(engine, &first)?;
+    pass_on_worker(engine, &first, PassCpu::Other)?;
     kassert!(
         parking.wait_parked(60_000),
         "the first pass never reached its tail"
     );
     kassert_eq!(passes(), 1, "the held pass has not counted itself");
     let second = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
-    pass_on_worker(engine, &second)?;
+    pass_on_worker(engine, &second, PassCpu::Here)?;
     let ran = wait_for(60_000, || second.load(Ordering::Acquire) == 1);
     let beside = parking.parked();
     kassert!(parking.release(), "the first pass was held too long");

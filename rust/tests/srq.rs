@@ -14,7 +14,7 @@ use core::mem::ManuallyDrop;
 use super::{
     guest::{
         debugfs_exists, link_add, link_delete, msleep, pass_on_worker, required, restore_links,
-        short_sleep, wait_for,
+        short_sleep, wait_for, PassCpu,
     },
     stream::now_ns,
 };
@@ -1838,7 +1838,7 @@ fn handler_in_flight_checks(mut f: Fleet, ctx: PollCtx) -> TestResult {
         || unsafe { bindings::ibext_test_peek_cq(cq, 2) } >= 2,
     );
     let passed = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
-    let started = queued && pass_on_worker(engine, &passed).is_ok();
+    let started = queued && pass_on_worker(engine, &passed, PassCpu::Other).is_ok();
     let parked = started && parking.wait_parked(60_000);
     engine.test_release();
     kassert!(
