@@ -35,7 +35,7 @@ METRICS = {
     "iops", "clat_p99_us", "events_per_io", "target_recv_bytes",
     "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
     "drain_ns", "ns_per_completion",
-    "ios", "srq_limit_events", "srq_limit_arms", "srq_recvs",
+    "ios", "srq_limit_events", "srq_limit_arms", "srq_limit_arms_total",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -194,7 +194,7 @@ def print_medians(rows):
     print("Per setup, the median over the repetitions:")
     print_table([r for r in med if r.get("bench") == "nvme"],
                 ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
-                 "events_per_io", "ios", "srq_recvs", "srq_limit_events", "srq_limit_arms"])
+                 "events_per_io", "ios", "srq_limit_arms_total", "srq_limit_events", "srq_limit_arms"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],

@@ -438,8 +438,9 @@ nb_events() {
 }
 # nb_srq <stat>: the sum of one counter over every SRQ of ibext's SRQ pools
 # (the port's target; upstream's nvmet-rdma has none): limit_events, the
-# SRQ limit events, limit_arms, the ib_modify_srq() calls that arm it, and
-# completions, the receives completed (about one per I/O on the port).
+# SRQ limit events, and limit_arms, the ib_modify_srq() calls that arm it.
+# A point reports both over its fio window, and the arms since the pools
+# were made (one per SRQ at creation: a reading of 0 there means no pool).
 nb_srq() {
 	cat $D/*/srq_pool.*/stats 2>/dev/null |
 		awk -v k=$1 '/^srq / { for (i = 1; i < NF; i++) if ($i == k) n += $(i + 1) } END { print n + 0 }'
@@ -447,23 +448,23 @@ nb_srq() {
 # nb_point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line.
 nb_point() {
 	dev=$(nvme_dev) || return 1
-	le0=$(nb_srq limit_events) la0=$(nb_srq limit_arms) rc0=$(nb_srq completions)
+	le0=$(nb_srq limit_events) la0=$(nb_srq limit_arms)
 	ev0=$(nb_events) io0=$(io_done ${dev##*/})
 	out=$(fio --name=nb --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
 		--rw=randread --numjobs=$4 --iodepth=$5 --size=${NS_MB}M --time_based \
 		--ramp_time=1 --runtime=$NB_SECS --percentile_list=99 --group_reporting \
 		--minimal) || { echo "$out"; return 1; }
 	ev1=$(nb_events) io1=$(io_done ${dev##*/})
-	le1=$(nb_srq limit_events) la1=$(nb_srq limit_arms) rc1=$(nb_srq completions)
+	le1=$(nb_srq limit_events) la1=$(nb_srq limit_arms)
 	# --minimal: field 8 is read IOPS; the first "99.000000%=" field is the read
 	# completion latency's p99 in microseconds. Events and I/Os are counted over
 	# the same window (the ramp included).
 	echo "$out" | awk -F';' -v s=$1 -v r=$2 -v o=$3 -v j=$4 -v d=$5 -v ev=$((ev1 - ev0)) \
 		-v ios=$((io1 - io0)) -v le=$((le1 - le0)) -v la=$((la1 - la0)) \
-		-v rc=$((rc1 - rc0)) '
+		-v lt=$la1 '
 		$5 != 0 { exit 1 }
 		{ for (i = 18; i <= NF; i++) if ($i ~ /^99\.0+%=/) { split($i, p, "="); break }
-		  printf "ibext-bench: {\"bench\":\"nvme\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"srq_limit_events\":%d,\"srq_limit_arms\":%d,\"srq_recvs\":%d,\"ios\":%d}\n", s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), le, la, rc, ios }' \
+		  printf "ibext-bench: {\"bench\":\"nvme\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"srq_limit_events\":%d,\"srq_limit_arms\":%d,\"srq_limit_arms_total\":%d,\"ios\":%d}\n", s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), le, la, lt, ios }' \
 		> /dev/kmsg || { echo "fio: $out"; return 1; }
 }
 nb_setup() {
