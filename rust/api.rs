@@ -4,9 +4,8 @@
 //! `include/rdma/ibext.h` are thin conversions onto it in `ib/capi.rs`.
 
 use crate::{
-    client,
-    cq_engine::PollCtx,
     device::DeviceState,
+    engine::PollCtx,
     ib::{
         cq::CqPtr,
         gid::{self, GidAttr, NdevPtr},
@@ -55,7 +54,7 @@ impl PooledCq {
         ctx: PollCtx,
         moderation: Moderation,
     ) -> Result<Self> {
-        let state = client::device_state(dev).ok_or(ENODEV)?;
+        let state = crate::device::device_state(dev).ok_or(ENODEV)?;
         let cq = state.cq_pool_get(nr_cqe, hint, ctx, moderation)?;
         // INVARIANT: `nr_cqe` entries of `cq` were just taken from `state`'s pool.
         Ok(PooledCq { state, cq, nr_cqe })
@@ -89,7 +88,7 @@ pub(crate) fn cq_pool_get(
     moderation: Moderation,
 ) -> Result<CqPtr> {
     // The reference, taken under RCU, keeps the state alive across a racing `remove`.
-    let state = client::device_state(dev).ok_or(ENODEV)?;
+    let state = crate::device::device_state(dev).ok_or(ENODEV)?;
     state.cq_pool_get(nr_cqe, hint, ctx, moderation)
 }
 
@@ -105,12 +104,12 @@ pub(crate) fn gid_find(
 ) -> Result<GidAttr> {
     // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
     if let Some(r) =
-        client::with_device_state(dev, |s, rcu| s.gid_index().find(rcu, key, port, ndev))
+        crate::device::with_device_state(dev, |s, rcu| s.gid_index().find(rcu, key, port, ndev))
     {
         return r;
     }
     match port {
-        Some(p) => gid::upstream_find_by_port(dev, key, p, ndev),
-        None => gid::upstream_find(dev, key, ndev),
+        Some(p) => gid::upstream_find_by_port(dev, &key.gid, key.gid_type, p, ndev),
+        None => gid::upstream_find(dev, &key.gid, key.gid_type, ndev),
     }
 }

@@ -33,19 +33,19 @@
 //! pool dead finds its CQ already counted.
 
 use crate::{
-    cq_engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
-    debugfs::{SeqFile, Show},
-    ib::{
-        cq::CqPtr,
-        work::{impl_has_delayed_work, DelayedRun, DelayedWork},
-        Device, LockClass,
+    backport::{
+        bug::warn_on_once,
+        debugfs::{SeqFile, Show},
+        sync::LockClass,
+        workqueue::{impl_has_delayed_work, DelayedRun, DelayedWork},
     },
+    engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
+    ib::{cq::CqPtr, Device},
     ledger::{Kind, Token},
     policy::{
         cq_pool::{self as policy, AgingSlot, Slot},
         moderation::Moderation,
     },
-    warn::warn_on_once,
 };
 use core::{
     ffi::c_void,
@@ -534,7 +534,7 @@ impl CqPools {
                 None => continue,
                 Some(Ok(Idle::No)) => return false,
                 Some(Ok(Idle::Yes)) => {
-                    crate::ib::park_point(crate::ib::Point::CqPutIdle, cq.as_raw().cast());
+                    crate::seams::park_point(crate::seams::Point::CqPutIdle, cq.as_raw().cast());
                     return false;
                 }
                 Some(Ok(Idle::Orphan)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
@@ -726,13 +726,13 @@ enum Idle {
 
 /// Milliseconds of a monotonic clock, for aging.
 fn now_ms() -> u64 {
-    crate::ib::work::now_ms()
+    crate::backport::workqueue::now_ms()
 }
 
 /// Destroys the given CQs: stops every callback of them together, with one wait of each kind
 /// for all (`quiesce`), then lets the caller drop them (each drop destroys its CQ).
 fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedCq> + Clone) {
-    cq_engine::quiesce(cqs);
+    engine::quiesce(cqs);
 }
 
 impl Show for CqPools {

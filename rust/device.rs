@@ -20,10 +20,17 @@
 //! held across a debugfs removal, because removal waits for readers of the device's files.
 
 use crate::{
+    backport::{
+        debugfs::{Dir, SeqFile, Show, ShowFile},
+        sync::RcuGuard,
+    },
     cq_pool::{CqPools, Home},
-    debugfs::{Dir, SeqFile, Show, ShowFile},
     gid_index::GidIndex,
-    ib::{client::ClientData, cq::CqPtr, Device, DeviceRef},
+    ib::{
+        client::{Client, ClientData, Registration},
+        cq::CqPtr,
+        Device, DeviceRef,
+    },
     ledger::{Kind, Token},
 };
 use core::{
@@ -35,7 +42,7 @@ use kernel::{
     c_str, new_mutex, new_spinlock,
     prelude::*,
     str::CStr,
-    sync::{Arc, Mutex, SpinLock},
+    sync::{Arc, ArcBorrow, Mutex, SpinLock},
 };
 
 /// Length of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
@@ -166,7 +173,7 @@ impl DeviceState {
         &self,
         nr_cqe: u32,
         hint: i32,
-        ctx: crate::cq_engine::PollCtx,
+        ctx: crate::engine::PollCtx,
         moderation: crate::policy::moderation::Moderation,
     ) -> Result<CqPtr> {
         let home = Home {
@@ -211,7 +218,36 @@ impl DeviceState {
     }
 }
 
+/// ibext's `ib_client`, whose data is a [`DeviceState`] per device.
+static CLIENT: Client<DeviceState> = Client::new();
+
+/// Registers ibext's client; `add` runs for every device already present before this returns.
+pub(crate) fn register_client() -> Result<Registration<DeviceState>> {
+    CLIENT.register()
+}
+
+/// Runs `f` on ibext's state for `dev` inside an RCU read-side critical section; `None` if ibext
+/// is not attached to `dev` or its `remove` has started (`ib::client::Client::with`).
+pub(crate) fn with_device_state<R>(
+    dev: &Device,
+    f: impl FnOnce(ArcBorrow<'_, DeviceState>, &RcuGuard) -> R,
+) -> Option<R> {
+    CLIENT.with(dev, f)
+}
+
+/// Returns a reference to ibext's state for `dev`, or `None` if ibext is not attached to it
+/// (or is being removed from it).
+pub(crate) fn device_state(dev: &Device) -> Option<Arc<DeviceState>> {
+    CLIENT.get(dev)
+}
+
 impl ClientData for DeviceState {
+    const NAME: &'static core::ffi::CStr = c"ibext";
+
+    fn client() -> &'static Client<Self> {
+        &CLIENT
+    }
+
     /// Makes the state for `dev` (the client's `add`).
     fn add(dev: &Device) -> Result<Arc<Self>> {
         let name = DevName::new(dev.name());

@@ -39,11 +39,15 @@
 //! takes no lock of ibext's.
 
 use crate::{
-    debugfs::{SeqFile, Show},
+    backport::{
+        debugfs::{SeqFile, Show},
+        percpu::PerCpuCounters,
+        sync::{RcuBox, RcuGuard},
+    },
     ib::{
         event::{new_event_work, Event, EventWork, EventWorker},
-        gid::{get_gid_attr, upstream_find_by_port, GidAttr, NdevPtr, PerCpuCounters, RcuBox},
-        Device, RcuGuard,
+        gid::{get_gid_attr, upstream_find_by_port, GidAttr, NdevPtr},
+        Device,
     },
     ledger::{Kind, Token},
     policy::gid_index::{self as policy, Entry, GidKey, Slot},
@@ -305,7 +309,7 @@ impl GidIndex {
     ) -> Result<GidAttr> {
         if !p.indexed.load(Ordering::Acquire) {
             self.inc(Counter::Unindexed);
-            return upstream_find_by_port(self.device(), key, p.num, ndev);
+            return upstream_find_by_port(self.device(), &key.gid, key.gid_type, p.num, ndev);
         }
         let mut stale = false;
         let mut snap_gen = 0;
@@ -318,7 +322,7 @@ impl GidIndex {
                 snap_gen = snap.gen;
                 for index in policy::lookup(&snap.slots, key) {
                     match get_gid_attr(self.device(), p.num, index) {
-                        Ok(attr) if attr.matches(key, ndev) => {
+                        Ok(attr) if attr.matches(&key.gid, key.gid_type, ndev) => {
                             self.inc(Counter::Hits);
                             return Ok(attr);
                         }
@@ -341,7 +345,7 @@ impl GidIndex {
                 // work is allowed in atomic context, and a no-op while it is queued).
                 self.queue();
             }
-            return upstream_find_by_port(self.device(), key, p.num, ndev);
+            return upstream_find_by_port(self.device(), &key.gid, key.gid_type, p.num, ndev);
         }
         self.inc(Counter::ConfirmedMisses);
         Err(ENOENT)

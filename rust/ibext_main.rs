@@ -12,29 +12,36 @@
 #![recursion_limit = "256"]
 
 mod api;
-mod cq_engine;
+mod backport;
+mod bindings;
+mod capi;
 mod cq_pool;
 mod device;
+mod engine;
 mod gid_index;
 mod ib;
 mod ledger;
 mod legacy_dim;
 mod policy;
+mod recv_srq;
+mod seams;
 mod srq_pool;
 mod stats;
 
 #[cfg(ibext_kunit)]
 mod tests;
 
-// The kernel-facing layer, reachable from the crate root under its usual names.
-use ib::{bindings, client, debugfs, warn};
 #[cfg(ibext_kunit)]
 use tests::kunit;
 
+use backport::{
+    bug::warn_on_once,
+    debugfs::{RootDir, SeqFile, Show, ShowFile},
+};
 use core::fmt::Write;
-use debugfs::{RootDir, SeqFile, Show, ShowFile};
+use device::DeviceState;
+use ib::client::Registration;
 use kernel::{c_str, prelude::*, sync::Arc};
-use warn::warn_on_once;
 
 module! {
     type: Ibext,
@@ -68,8 +75,8 @@ impl Show for LedgerView {
 /// pooled CQs, is torn down), then the completion workqueues, then the debugfs root, then the
 /// file the root showed.
 struct Ibext {
-    client: Option<client::Registration>,
-    _wqs: cq_engine::Workqueues,
+    client: Option<Registration<DeviceState>>,
+    _wqs: engine::Workqueues,
     _root: RootDir,
     _objects: ShowFile<LedgerView, LedgerView>,
 }
@@ -79,8 +86,8 @@ impl kernel::Module for Ibext {
         let root = RootDir::new();
         let view = Arc::new(LedgerView, GFP_KERNEL)?;
         let objects = ShowFile::new(root.dir(), c_str!("objects"), view, |v| v)?;
-        let wqs = cq_engine::Workqueues::new()?;
-        let client = client::Registration::new()?;
+        let wqs = engine::Workqueues::new()?;
+        let client = device::register_client()?;
         pr_info!("loaded\n");
         Ok(Ibext {
             client: Some(client),

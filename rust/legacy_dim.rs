@@ -13,13 +13,13 @@
 //! ibext refuses to attach to.
 
 use crate::{
+    backport::bug::warn_on_once,
     ib::{
         cq::UlpCq,
         dim::{Attached, AttachedHandler},
     },
     ledger::{Kind, Token},
     policy::moderation,
-    warn::warn_on_once,
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -35,7 +35,7 @@ struct LegacyDim {
 
 impl AttachedHandler for LegacyDim {
     fn profile_chosen(d: &Attached<Self>) {
-        let (_, applied) = d.apply_profile();
+        let (_, applied) = d.apply_profile(moderation::comps_usec);
         let this = d.data();
         this.hw_moderation
             .store(applied.in_hardware(), Ordering::Release);

@@ -1,19 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! CQs as ibext uses them: the poll contexts and budgets, ibext's completion workqueues, the
-//! waits that teardown relies on, and [`UlpCq`], the view of a CQ a ULP made and polls itself.
-//! A CQ that ibext polls itself is `ib::polled_cq::PolledCq`.
+//! CQs as ibext sees them: the poll contexts, a CQ's address as a handle ([`CqPtr`]), and
+//! [`UlpCq`], the view of a CQ a ULP made and polls itself. A CQ that ibext polls itself is
+//! `engine::polled_cq::PolledCq`.
 
-use crate::{bindings, ib::Device, policy::engine};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use crate::{bindings, ib::Device};
 use kernel::{prelude::*, types::Opaque};
-
-/// Completions polled per `ib_poll_cq` call (upstream `IB_POLL_BATCH`).
-pub(crate) const POLL_BATCH: usize = engine::POLL_BATCH as usize;
-/// Completions per pass in softirq context (upstream `IB_POLL_BUDGET_IRQ`).
-pub(crate) const BUDGET_SOFTIRQ: u32 = 256;
-/// Completions per pass in workqueue context (upstream `IB_POLL_BUDGET_WORKQUEUE`).
-pub(crate) const BUDGET_WORKQUEUE: u32 = 65536;
 
 /// The contexts a polled CQ can be polled in; `IB_POLL_DIRECT` cannot be pooled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,14 +55,14 @@ impl PollCtx {
     }
 }
 
-/// The address of a CQ, as a handle: compared, stored and handed to C, never dereferenced
-/// outside `rust/ib/`.
+/// The address of a CQ, as a handle: compared, stored and handed to C; dereferenced only by the
+/// owner of the CQ it names (`engine::polled_cq`, `legacy_dim` through [`UlpCq`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(transparent)]
 pub(crate) struct CqPtr(core::ptr::NonNull<bindings::ib_cq>);
 
-// SAFETY: An address; what it points to is reached only by `rust/ib/` code, under the rules
-// of the object it belongs to.
+// SAFETY: An address; what it points to is reached only under the rules of the object it
+// belongs to.
 unsafe impl Send for CqPtr {}
 // SAFETY: As for `Send`.
 unsafe impl Sync for CqPtr {}
@@ -85,78 +77,6 @@ impl CqPtr {
     pub(crate) fn as_raw(self) -> *mut bindings::ib_cq {
         self.0.as_ptr()
     }
-}
-
-/// ibext's completion workqueues, bound and unbound; published while a [`CompQueues`] lives.
-static COMP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(core::ptr::null_mut());
-static COMP_UNBOUND_WQ: AtomicPtr<bindings::workqueue_struct> =
-    AtomicPtr::new(core::ptr::null_mut());
-
-/// Owns ibext's completion workqueues (`ibext_comp`, `ibext_comp_unbound`, with ib_core's
-/// `ib_comp_wq` flags).
-///
-/// # Invariants
-///
-/// While a `CompQueues` lives, `COMP_WQ` and `COMP_UNBOUND_WQ` hold the queues it allocated.
-pub(crate) struct CompQueues(());
-
-impl CompQueues {
-    /// Allocates and publishes both workqueues.
-    pub(crate) fn new() -> Result<Self> {
-        // SAFETY: FFI call without preconditions.
-        let bound = unsafe { bindings::ibext_shim_alloc_comp_wq(false) };
-        if bound.is_null() {
-            return Err(ENOMEM);
-        }
-        // SAFETY: FFI call without preconditions.
-        let unbound = unsafe { bindings::ibext_shim_alloc_comp_wq(true) };
-        if unbound.is_null() {
-            // SAFETY: `bound` was allocated above and nothing has used it.
-            unsafe { bindings::destroy_workqueue(bound) };
-            return Err(ENOMEM);
-        }
-        COMP_WQ.store(bound, Ordering::Release);
-        COMP_UNBOUND_WQ.store(unbound, Ordering::Release);
-        // INVARIANT: both are published.
-        Ok(CompQueues(()))
-    }
-
-    /// Keeps the queues forever: polled CQs that were leaked may still queue work on them.
-    pub(crate) fn leak(self) {
-        core::mem::forget(self);
-    }
-}
-
-/// Returns ibext's bound or unbound completion workqueue; null while no [`CompQueues`] lives.
-pub(super) fn comp_queue(unbound: bool) -> *mut bindings::workqueue_struct {
-    if unbound { &COMP_UNBOUND_WQ } else { &COMP_WQ }.load(Ordering::Acquire)
-}
-
-impl Drop for CompQueues {
-    fn drop(&mut self) {
-        for wq in [&COMP_WQ, &COMP_UNBOUND_WQ] {
-            let q = wq.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !q.is_null() {
-                // SAFETY: `q` was allocated by `new`. Every polled CQ that queued work on it was
-                // destroyed, its work cancelled, before its owner lets the queues go (the
-                // module drops its `CompQueues` after unregistering the client, or leaks them).
-                unsafe { bindings::destroy_workqueue(q) };
-            }
-        }
-    }
-}
-
-/// Waits until every `wr_cqe->done` that any polled CQ's pass is running, in any poll context,
-/// has returned. Completions polled after this returns are dispatched afresh.
-pub(crate) fn wait_for_dispatch() {
-    // SAFETY: FFI call; callers are in process context.
-    unsafe { bindings::ibext_shim_handlers_wait() };
-}
-
-/// Waits until every completion handler that may have missed a `dying` mark has returned.
-pub(crate) fn wait_for_handlers() {
-    // SAFETY: FFI call; we may sleep here (teardown is process context).
-    unsafe { bindings::synchronize_rcu() };
 }
 
 /// A CQ that a ULP made itself (`ib_create_cq`) and polls itself, as ibext's DIM for legacy

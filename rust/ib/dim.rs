@@ -4,11 +4,7 @@
 //! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
 //! [`Attached`], a DIM hung off a ULP's own CQ.
 
-use crate::{
-    bindings,
-    ib::{cq::UlpCq, LockClass},
-    policy::moderation,
-};
+use crate::{backport::sync::LockClass, bindings, ib::cq::UlpCq};
 use core::{pin::Pin, ptr::NonNull, sync::atomic::Ordering};
 use kernel::{prelude::*, types::Opaque};
 
@@ -92,6 +88,10 @@ impl Applied {
     }
 }
 
+/// The moderation of each DIM profile index, `(completions, microseconds)`: the caller's
+/// table (ibext's is `policy::moderation::profile`, lib/dim's `rdma_dim_prof`).
+pub(crate) type Profiles = fn(u8) -> (u16, u16);
+
 /// Applies the profile lib/dim chose for `cq` (its work function's job, as upstream's
 /// `ib_cq_rdma_dim_work`): the device's own `modify_cq` where it has one, then measure afresh.
 /// Returns the profile index applied, and how.
@@ -102,11 +102,12 @@ impl Applied {
 pub(crate) unsafe fn apply_profile(
     dim: &Opaque<bindings::dim>,
     cq: *mut bindings::ib_cq,
+    profile: Profiles,
 ) -> (u8, Applied) {
     let ix = profile_ix(dim);
-    let p = moderation::profile(ix);
+    let (comps, usec) = profile(ix);
     // SAFETY: `cq` is alive (caller contract).
-    let r = unsafe { bindings::ibext_shim_modify_cq(cq, p.comps, p.usec) };
+    let r = unsafe { bindings::ibext_shim_modify_cq(cq, comps, usec) };
     let applied = if r == 0 {
         Applied::Hardware
     } else if r == -(kernel::bindings::EOPNOTSUPP as i32) {
@@ -252,9 +253,9 @@ impl<T: AttachedHandler> Attached<T> {
     }
 
     /// Applies the profile lib/dim chose (see [`apply_profile`]).
-    pub(crate) fn apply_profile(&self) -> (u8, Applied) {
+    pub(crate) fn apply_profile(&self, profile: Profiles) -> (u8, Applied) {
         // SAFETY: `dim` is initialized; the CQ is alive while attached (type invariants).
-        unsafe { apply_profile(&self.dim, self.cq) }
+        unsafe { apply_profile(&self.dim, self.cq, profile) }
     }
 
     /// Returns the owner's data.

@@ -14,8 +14,9 @@
 //! `kernel::sync::Mutex`), and its methods take `&self`.
 
 use crate::{
+    backport::sync::LockClass,
     bindings,
-    ib::{Device, DeviceRef, LockClass},
+    ib::{Device, DeviceRef},
 };
 use core::{
     marker::PhantomPinned,
@@ -198,7 +199,7 @@ impl<T: EventWorker> PinnedDrop for EventWork<T> {
 /// An initializer of an [`EventWork`] whose work item has a lockdep class of this call site's own.
 macro_rules! new_event_work {
     ($dev:expr, $name:literal, $data:expr) => {{
-        static KEY: $crate::ib::LockClass = $crate::ib::LockClass::new();
+        static KEY: $crate::backport::sync::LockClass = $crate::backport::sync::LockClass::new();
         $crate::ib::event::EventWork::new_with($dev, ::kernel::c_str!($name), &KEY, $data)
     }};
 }

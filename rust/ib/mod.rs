@@ -7,78 +7,14 @@
 //! contains `unsafe`: this file (devices, device references, RCU, lockdep classes, work item
 //! initialization, fault points) and the modules below, listed in Documentation/ibext.rst.
 
-pub(crate) mod bindings;
-pub(crate) mod capi;
 pub(crate) mod client;
 pub(crate) mod cq;
-pub(crate) mod debugfs;
 pub(crate) mod dim;
 pub(crate) mod event;
 pub(crate) mod gid;
-pub(crate) mod polled_cq;
-pub(crate) mod srq;
 pub(crate) mod verbs;
-pub(crate) mod warn;
-pub(crate) mod work;
 
-/// A step of making an object that can fail; in the KUnit flavour a test can make it fail with
-/// `-ENOMEM` (`tests::hooks::FAIL_AT`). Always `Ok` in the product module.
-#[cfg(ibext_kunit)]
-pub(crate) use crate::tests::hooks::fault_point;
-
-/// A step of making an object that can fail; always `Ok` in the product module.
-#[cfg(not(ibext_kunit))]
-#[inline(always)]
-pub(crate) fn fault_point() -> kernel::error::Result {
-    Ok(())
-}
-
-/// A point where, in the KUnit flavour, a test can hold the caller to force one interleaving of
-/// a race (`tests::hooks::park_point`); nothing in the product module.
-#[cfg(ibext_kunit)]
-pub(crate) use crate::tests::hooks::{
-    park_point, reached, softirq_pass_begins, softirq_repoll_asked, Point,
-};
-
-/// The points of [`park_point`]; none in the product module.
-#[cfg(not(ibext_kunit))]
-#[derive(Clone, Copy)]
-pub(crate) enum Point {
-    /// See the KUnit flavour's `tests::hooks::Point`.
-    CqPutIdle,
-    /// As above.
-    PassTail,
-    /// As above.
-    RecvDone,
-    /// As above.
-    PollerStopped,
-    /// As above.
-    SrqHandlersWait,
-    /// As above.
-    SrqMaintain,
-}
-
-/// Nothing in the product module.
-#[cfg(not(ibext_kunit))]
-#[inline(always)]
-pub(crate) fn park_point(_p: Point, _obj: *const core::ffi::c_void) {}
-
-/// Nothing in the product module.
-#[cfg(not(ibext_kunit))]
-#[inline(always)]
-pub(crate) fn reached(_p: Point) {}
-
-/// Nothing in the product module (the KUnit flavour watches softirq repolls,
-/// `tests::hooks::RepollWatch`).
-#[cfg(not(ibext_kunit))]
-#[inline(always)]
-pub(crate) fn softirq_repoll_asked(_obj: *const core::ffi::c_void) {}
-
-/// Nothing in the product module.
-#[cfg(not(ibext_kunit))]
-#[inline(always)]
-pub(crate) fn softirq_pass_begins(_obj: *const core::ffi::c_void) {}
-
+use crate::bindings;
 use kernel::{str::CStr, types::Opaque};
 
 /// The size of an RDMA device name buffer, `IB_DEVICE_NAME_MAX`.
@@ -274,61 +210,3 @@ impl Drop for DeviceRef {
         unsafe { bindings::ib_device_put(self.0.as_ptr()) };
     }
 }
-
-/// An RCU read-side critical section, ended when dropped (the shape of mainline's
-/// `kernel::sync::rcu::Guard`, which 6.12 lacks).
-pub(crate) struct RcuGuard(core::marker::PhantomData<*mut ()>);
-
-impl RcuGuard {
-    /// Enters a read-side critical section.
-    pub(crate) fn new() -> Self {
-        // SAFETY: FFI call; paired with the unlock in `drop`. The guard is `!Send`, so the
-        // unlock runs on the same CPU context.
-        unsafe { bindings::ibext_shim_rcu_read_lock() };
-        RcuGuard(core::marker::PhantomData)
-    }
-}
-
-impl Drop for RcuGuard {
-    fn drop(&mut self) {
-        // SAFETY: Paired with the lock in `new`.
-        unsafe { bindings::ibext_shim_rcu_read_unlock() };
-    }
-}
-
-/// A lockdep class: one static per initialization site (see [`init_work!`]).
-#[repr(transparent)]
-pub(crate) struct LockClass(Opaque<bindings::lock_class_key>);
-
-// SAFETY: lockdep only uses the key's address and its own fields, under its own locks.
-unsafe impl Sync for LockClass {}
-
-impl LockClass {
-    /// A key for a `static`; lockdep needs no initialization of static keys.
-    pub(crate) const fn new() -> Self {
-        LockClass(Opaque::uninit())
-    }
-
-    /// Returns the key, for lockdep.
-    pub(crate) fn as_ptr(&'static self) -> *mut bindings::lock_class_key {
-        self.0.get()
-    }
-}
-
-/// Initializes a work item with a lockdep class and name of this call site's own, so that
-/// lockdep tells ibext's work items apart (C's `INIT_WORK` does the same with a static per
-/// expansion).
-///
-/// `$slot` is a `*mut bindings::work_struct` valid for writes, `$func` the work function.
-macro_rules! init_work {
-    ($slot:expr, $func:expr, $name:literal) => {{
-        static KEY: $crate::ib::LockClass = $crate::ib::LockClass::new();
-        $crate::bindings::ibext_shim_init_work(
-            $slot,
-            Some($func),
-            concat!($name, "\0").as_ptr().cast(),
-            KEY.as_ptr(),
-        )
-    }};
-}
-pub(crate) use init_work;

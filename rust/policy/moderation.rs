@@ -74,6 +74,12 @@ pub(crate) fn profile(ix: u8) -> Profile {
     RDMA_DIM_PROFILES[(ix as usize).min(RDMA_DIM_PROFILES.len() - 1)]
 }
 
+/// Returns profile `ix`'s `(completions, microseconds)`, for a device's `modify_cq`.
+pub(crate) fn comps_usec(ix: u8) -> (u16, u16) {
+    let p = profile(ix);
+    (p.comps, p.usec)
+}
+
 /// The adaptive mode enters polling mode from this DIM profile up: from (2 usec, 8 comps),
 /// DIM has seen completions arrive in batches of 8 and more per event.
 pub(crate) const ADAPTIVE_POLL_PROFILE: u8 = 3;

@@ -17,19 +17,19 @@
 //! swapped for one that counts and then calls ib_core's handler, and restored afterwards.
 //! ibext's CQs count their events themselves.
 
-use super::guest::cqp;
-use super::{
+use crate::engine::CqStat;
+use crate::tests::guest::cqp;
+use crate::tests::{
     drain::cq_drain_bench,
     gid::gid_bench,
     guest::DeviceRef,
     srq::srq_bench,
     stream::{now_ns, Stream},
 };
-use crate::cq_engine::CqStat;
 use crate::{
     api::{self, PooledCq},
-    bindings, client,
-    cq_engine::PollCtx,
+    bindings,
+    engine::PollCtx,
     kunit::{kassert, kunit_suite, Failed, TestResult},
     policy::{cq_pool::AGE_MS, moderation::Moderation},
     tests::hooks::{AGING_OFF, AGING_SHIFT_MS},
@@ -172,7 +172,7 @@ impl Cqs {
 
     /// Distinct CQs and their entries.
     fn distinct(&self, qps: usize) -> Result<(KVec<*mut bindings::ib_cq>, u64)> {
-        let d = super::guest::distinct_cqs((0..qps).map(|i| self.cq(i)))?;
+        let d = crate::tests::guest::distinct_cqs((0..qps).map(|i| self.cq(i)))?;
         // SAFETY: The CQs are alive while `self` holds them.
         let cqe = d.iter().map(|&cq| unsafe { (*cq).cqe } as u64).sum();
         Ok((d, cqe))
@@ -222,7 +222,7 @@ struct Outcome {
 
 fn run_case(dev: &DeviceRef, setup: Setup, qps: usize, depth: usize, ops: u64) -> Result<Outcome> {
     let d = dev.device();
-    let state = client::device_state(d).ok_or(ENODEV)?;
+    let state = crate::device::device_state(d).ok_or(ENODEV)?;
     AGING_OFF.store(matches!(setup, Setup::IbextAgingOff(..)), Ordering::Relaxed);
     // Send and receive completions share the QP's CQ: `depth` sends, `2 * depth` receives.
     let nr_cqe = 3 * depth as u32;
@@ -394,7 +394,7 @@ fn compare(
 /// Issues 4 and 17: one CQ per QP, upstream's pool, ibext's pool with the moderation
 /// `ibext_cq_pool_get()` gives (upstream's: none on rxe), and ibext's pool with DIM.
 fn cq_pool_bench() -> TestResult {
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     // Aging as in the product module (the real clock), whatever ran before.
     AGING_SHIFT_MS.store(0, Ordering::Release);
     let setups = [
@@ -421,7 +421,7 @@ fn cq_pool_bench() -> TestResult {
 /// pool list, or every ibext pool.
 fn resident(dev: &crate::ib::Device, setup: Setup) -> Result<(u32, u64)> {
     if setup.ibext().is_some() {
-        let state = client::device_state(dev).ok_or(ENODEV)?;
+        let state = crate::device::device_state(dev).ok_or(ENODEV)?;
         let (n, e) = state.cq_pools().resident();
         return Ok((n as u32, e));
     }
@@ -481,9 +481,9 @@ fn cq_aging_more_bench() -> TestResult {
 fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
     const QPS: usize = 64;
     const NR_CQE: u32 = 1024;
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     let d = dev.device();
-    let state = client::device_state(d).ok_or(Failed)?;
+    let state = crate::device::device_state(d).ok_or(Failed)?;
     // The real clock: the aging work runs as in the product module.
     AGING_SHIFT_MS.store(0, Ordering::Release);
     let setups = [
@@ -508,7 +508,7 @@ fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
                 // The work was queued at the burst's first idle CQ; it runs a period later and
                 // again for CQs idle a little later than that one.
                 let pools = state.cq_pools();
-                let ran = super::guest::wait_for(AGE_MS as u32 + 10_000, || {
+                let ran = crate::tests::guest::wait_for(AGE_MS as u32 + 10_000, || {
                     pools.aged() > aged && !pools.aging_pending()
                 });
                 kassert!(ran, "the aging work did not run within a period");
@@ -525,7 +525,7 @@ fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
 /// Aging's cost: ops/s of the CQ pool bench with aging as shipped against aging off, at three
 /// points.
 fn cq_aging_ops_bench() -> TestResult {
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     let d = dev.device();
     AGING_SHIFT_MS.store(0, Ordering::Release);
     let mode = api::default_moderation(d);
@@ -553,7 +553,7 @@ fn emit_aging(label: &str, rep: usize, order: usize, peak: (u32, u64), after: (u
 /// Moderation: the modes of ibext's pool: true depth 1 (one QP, one send in flight), then
 /// 16 QPs at depths 1 to 128.
 fn dim_bench() -> TestResult {
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     let setups = [
         (
             Setup::Ibext(PollCtx::Softirq, Moderation::None),

@@ -2,23 +2,23 @@
 
 //! `ibext_cq_pool`: shared CQ pools on rxe0 with real loopback traffic.
 
-use super::guest::cqp;
-use super::{
+use crate::tests::guest::cqp;
+use crate::tests::{
     guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef, XorShift},
     traffic::Loopback,
 };
 use crate::{
     api::PooledCq,
-    bindings, client,
-    cq_engine::PollCtx,
+    backport::bug::expect_warnings,
+    bindings,
+    capi::{ibext_cq_pool_get, ibext_cq_pool_put},
     device::DeviceState,
-    ib::capi::{ibext_cq_pool_get, ibext_cq_pool_put},
+    engine::PollCtx,
     kunit::{
         bad_input_ok, expect_kernel_warning, kassert, kassert_eq, kunit_suite, Failed, TestResult,
     },
     ledger::{self, Kind},
     policy::moderation::Moderation,
-    warn::expect_warnings,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{c_str, prelude::*, sync::Arc, workqueue};
@@ -28,7 +28,7 @@ fn rxe0() -> core::result::Result<(DeviceRef, Arc<DeviceState>), Failed> {
     let dev = DeviceRef::get(c_str!("rxe0"));
     kassert!(dev.is_some(), "rxe0 is not registered");
     let dev = dev.ok_or(Failed)?;
-    let state = client::device_state(dev.device());
+    let state = crate::device::device_state(dev.device());
     kassert!(state.is_some(), "no ibext state for rxe0");
     Ok((dev, state.ok_or(Failed)?))
 }
@@ -86,7 +86,7 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     let nr = state.cq_pools().nr_cqs(ctx);
     // `checked_rem`: `%` would carry a divide-by-zero panic (objtool flagged its call).
     kassert_eq!(nr.checked_rem(state.comp_vectors() as usize), Some(0));
-    let distinct = super::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
+    let distinct = crate::tests::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     kassert!(
         distinct.len() <= state.comp_vectors() as usize,
         "{} CQs for 8 QPs",
@@ -137,7 +137,7 @@ fn default_moderation_follows_use_cq_dim() -> TestResult {
             cq
         );
         // SAFETY: A live CQ on which the test holds 4 entries until the put below.
-        let m = unsafe { crate::cq_engine::CqEngine::of_cq(cq) }.map(|e| e.moderation());
+        let m = unsafe { crate::engine::CqEngine::of_cq(cq) }.map(|e| e.moderation());
         // SAFETY: The entries taken above.
         unsafe { ibext_cq_pool_put(cq, 4) };
         m.ok_or(Failed)

@@ -9,21 +9,20 @@
 //! About 630 lines: pooled and legacy CQs, the recording `modify_cq` and the adaptive mode share
 //! the held-poller fixtures here.
 
-use super::guest::cqp;
-use super::{guest::DeviceRef, traffic::Loopback};
-use crate::cq_engine::CqStat;
+use crate::engine::CqStat;
+use crate::tests::guest::cqp;
+use crate::tests::{guest::DeviceRef, traffic::Loopback};
 use crate::{
     api::PooledCq,
-    bindings, client,
-    cq_engine::{CqEngine, PollCtx},
-    ib::capi::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample},
+    backport::bug::expect_warnings,
+    bindings,
+    capi::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample},
+    engine::{CqEngine, PollCtx},
     ib::cq::UlpCq,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
-    policy::moderation::Moderation,
-    policy::moderation::RDMA_DIM_PROFILES,
-    warn::expect_warnings,
+    policy::moderation::{Moderation, RDMA_DIM_PROFILES},
 };
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use kernel::{c_str, prelude::*};
@@ -64,12 +63,12 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     const QPS: usize = 8;
     const DEPTH: usize = 32;
     const ROUNDS: u32 = 12;
-    let threshold = (crate::cq_engine::BUDGET_SOFTIRQ
+    let threshold = (crate::engine::BUDGET_SOFTIRQ
         / crate::policy::moderation::ADAPTIVE_POLL_BUDGET_DIV) as i32;
-    let dev = super::guest::required(c_str!("rxe0"))?;
-    let state = client::device_state(dev.device()).ok_or(Failed)?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let state = crate::device::device_state(dev.device()).ok_or(Failed)?;
     let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |_| PollCtx::Softirq, Moderation::Adaptive)?;
-    let distinct = super::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
+    let distinct = crate::tests::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     let engines = || {
         distinct.iter().filter_map(|&cq| {
             // SAFETY: The CQs are pooled and held by `_cqs` for the whole test.
@@ -93,7 +92,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     for round in 0..ROUNDS {
         // Every CQ back in interrupt mode (an even number of switches: the empty pass that ends
         // polling mode has run and re-armed), so no pass is running or due when the gate closes.
-        let idle = super::guest::wait_for(20_000, || {
+        let idle = crate::tests::guest::wait_for(20_000, || {
             distinct
                 .iter()
                 .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
@@ -120,7 +119,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
                     held = false;
                 }
             }
-            super::guest::msleep(1);
+            crate::tests::guest::msleep(1);
             waited += 1;
         });
         kassert!(res.is_ok(), "round {}: {:?}", round, res);
@@ -205,12 +204,12 @@ impl Drop for ModifyCqSwap {
 /// which then defers polls. rxe has no `modify_cq`, so the test gives rxe0 a recording one, and
 /// forces lib/dim's decisions (as `rdma_dim()` makes them) so that every profile is applied.
 fn modify_cq_reaches_the_device() -> TestResult {
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     kassert!(
         !dev.device().has_modify_cq(),
         "rxe0 has a modify_cq of its own"
     );
-    let state = client::device_state(dev.device()).ok_or(Failed)?;
+    let state = crate::device::device_state(dev.device()).ok_or(Failed)?;
     let cq = PooledCq::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::Dim)?;
     let raw = cq.as_raw();
     // SAFETY: Pooled, with entries held by `cq` for the whole test.
@@ -291,7 +290,8 @@ fn modify_cq_reaches_the_device() -> TestResult {
         kassert!(res.is_ok(), "round {}: {:?}", round, res);
     }
     drop(lb);
-    let did = super::guest::wait_for(20_000, || info().get(CqStat::DeferredPolls) > deferred);
+    let did =
+        crate::tests::guest::wait_for(20_000, || info().get(CqStat::DeferredPolls) > deferred);
     kassert!(did, "no deferred poll after the device refused");
     // The original op (none) is back: the next profile is applied in software.
     let calls = REC_CALLS.load(Ordering::Acquire);
@@ -530,7 +530,7 @@ fn legacy_attach_detach_stress() -> TestResult {
     use core::sync::atomic::{AtomicU32, Ordering};
     use kernel::{sync::Arc, workqueue};
     const ROUNDS: u32 = 30;
-    let dev = super::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
     let live = ledger::counts(Kind::LegacyDim).live();
     let errors = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
     let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
@@ -596,7 +596,7 @@ fn legacy_attach_detach_stress() -> TestResult {
             });
             kassert!(res.is_ok());
         }
-        kassert!(super::guest::wait_for(10_000, || finished
+        kassert!(crate::tests::guest::wait_for(10_000, || finished
             .load(Ordering::Acquire)
             == 3));
         kassert_eq!(won.load(Ordering::Acquire), 1, "round {}", r);
@@ -608,7 +608,7 @@ fn legacy_attach_detach_stress() -> TestResult {
             bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
         }
     }
-    kassert!(super::guest::wait_for(60_000, || done
+    kassert!(crate::tests::guest::wait_for(60_000, || done
         .load(Ordering::Acquire)
         == 3));
     kassert_eq!(errors.load(Ordering::Acquire), 0);

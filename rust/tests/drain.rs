@@ -23,7 +23,7 @@
 //! remembers the event, and the release calls the CQ's own handler, so each pool's event path is
 //! in the window.
 
-use super::{
+use crate::tests::{
     bench::REPS,
     guest::{msleep, required, DeviceRef},
     stream::now_ns,
@@ -31,7 +31,7 @@ use super::{
 use crate::{
     api::{self, PooledCq},
     bindings,
-    cq_engine::PollCtx,
+    engine::PollCtx,
     kunit::{kassert, kassert_eq, Failed, TestResult},
 };
 use core::{

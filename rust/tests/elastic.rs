@@ -9,17 +9,17 @@
 //!
 //! [`CqPools::age`]: crate::cq_pool::CqPools::age
 
-use super::{
+use crate::tests::{
     guest::{msleep, required, run, short_sleep, XorShift},
     srq::Pd,
     traffic::Loopback,
 };
 use crate::{
     api::PooledCq,
-    client,
-    cq_engine::{CqEngine, PollCtx},
+    backport::workqueue::now_ms,
     device::DeviceState,
-    ib::{srq::Pd as PdView, work::now_ms},
+    engine::{CqEngine, PollCtx},
+    ib::verbs::Pd as PdView,
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     policy::{cq_pool::AGE_MS, moderation::Moderation},
@@ -30,8 +30,10 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{c_str, fmt, prelude::*, str::CString, sync::Arc, workqueue};
 
 /// rxe0's state.
-fn rxe0_state(dev: &super::guest::DeviceRef) -> core::result::Result<Arc<DeviceState>, Failed> {
-    let state = client::device_state(dev.device());
+fn rxe0_state(
+    dev: &crate::tests::guest::DeviceRef,
+) -> core::result::Result<Arc<DeviceState>, Failed> {
+    let state = crate::device::device_state(dev.device());
     kassert!(state.is_some(), "no ibext state for rxe0");
     state.ok_or(Failed)
 }
@@ -258,7 +260,8 @@ fn aging_races_gets() -> TestResult {
         ledger::counts(Kind::CqSet).made - grown0,
         state.cq_pools().aged() - aged0,
     );
-    let all_done = super::guest::wait_for(120_000, || done.load(Ordering::Acquire) == WORKERS + 1);
+    let all_done =
+        crate::tests::guest::wait_for(120_000, || done.load(Ordering::Acquire) == WORKERS + 1);
     kassert!(all_done, "workers or ager did not finish");
     kassert!(failed.is_none(), "round {}: {:?}", round, failed);
     kassert_eq!(errors.load(Ordering::Acquire), 0);
@@ -296,7 +299,7 @@ fn set_cpu_online(cpu: u32, online: u32) -> Result<i32> {
 
 /// Returns the vectors of `n` round-robin gets (hint -1) in `ctx`, holding them in `held`.
 fn rr_vectors(
-    dev: &super::guest::DeviceRef,
+    dev: &crate::tests::guest::DeviceRef,
     ctx: PollCtx,
     n: u32,
     held: &mut KVec<PooledCq>,
@@ -331,7 +334,7 @@ fn vectors_follow_cpu_hotplug() -> TestResult {
     // Whatever happened, the CPU comes back for the suites after this one.
     let back = set_cpu_online(last, 1);
     kassert!(
-        super::guest::wait_for(10_000, || state.comp_vectors() == n),
+        crate::tests::guest::wait_for(10_000, || state.comp_vectors() == n),
         "cpu{} did not come back: {:?}",
         last,
         back
@@ -339,7 +342,11 @@ fn vectors_follow_cpu_hotplug() -> TestResult {
     r
 }
 
-fn hotplug_checks(dev: &super::guest::DeviceRef, state: &DeviceState, last: u32) -> TestResult {
+fn hotplug_checks(
+    dev: &crate::tests::guest::DeviceRef,
+    state: &DeviceState,
+    last: u32,
+) -> TestResult {
     let n = last + 1;
     let mut raw = KVec::new();
     let mut cqs = KVec::new();

@@ -10,15 +10,15 @@
 //!
 //! On the normal test kernel (no `CONFIG_FAILSLAB`) the cases are skipped.
 
-use super::guest::cqp;
-use super::guest::{
+use crate::tests::guest::cqp;
+use crate::tests::guest::{
     self, debugfs_exists, link_add_with_fail_nth, link_delete, restore_links, DeviceRef,
 };
 use crate::{
     api::PooledCq,
-    bindings, client,
-    cq_engine::PollCtx,
-    ib::capi::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy},
+    bindings,
+    capi::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy},
+    engine::PollCtx,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, skip, Failed, TestResult},
     ledger::{self, Kind},
     policy::moderation::Moderation,
@@ -42,7 +42,7 @@ fn cq_pool_grow_sweep() -> TestResult {
     let dev = DeviceRef::get(c_str!("rxe1"));
     kassert!(dev.is_some(), "rxe1 is not registered");
     let dev = dev.ok_or(Failed)?;
-    let state = client::device_state(dev.device()).ok_or(Failed)?;
+    let state = crate::device::device_state(dev.device()).ok_or(Failed)?;
     let ctx = PollCtx::Softirq;
     kassert_eq!(state.cq_pools().nr_cqs(ctx), 0);
     let vectors = state.comp_vectors() as usize;
@@ -144,8 +144,8 @@ fn client_add_sweep() -> TestResult {
     let r = client_add_sweep_checks();
     let reset = failslab_filter(0, u64::MAX);
     // Leave rxe1 attached for the suites after this one.
-    let attached =
-        DeviceRef::get(c_str!("rxe1")).is_some_and(|d| client::device_state(d.device()).is_some());
+    let attached = DeviceRef::get(c_str!("rxe1"))
+        .is_some_and(|d| crate::device::device_state(d.device()).is_some());
     if !attached {
         let _ = link_delete(c_str!("rxe1"));
     }
@@ -166,7 +166,7 @@ fn client_add_sweep_checks() -> TestResult {
         let dev = DeviceRef::get(rxe1);
         kassert!(dev.is_some(), "n={}: rxe1 is not registered", n);
         let dev = dev.ok_or(Failed)?;
-        match client::device_state(dev.device()) {
+        match crate::device::device_state(dev.device()) {
             None => {
                 // `add` failed: nothing of it is left, and the device is not ibext's.
                 kassert_eq!(ledger::counts(Kind::DeviceState).live(), live, "n={}", n);

@@ -10,16 +10,14 @@
 //! About 790 lines: the comparison with ib_core over every port, type and netdev, the churn
 //! workers and the benchmark's lookups share the fixtures here.
 
-use super::guest::{msleep, required, run, wait_for, DeviceRef, XorShift};
 use crate::ib::gid::NdevPtr;
+use crate::tests::guest::{msleep, required, run, wait_for, DeviceRef, XorShift};
 use crate::{
     api, bindings,
-    client::device_state,
-    device::DeviceState,
+    capi::{ibext_find_gid, ibext_find_gid_by_port},
+    device::{device_state, DeviceState},
     gid_index::Counter,
-    ib::capi::{ibext_find_gid, ibext_find_gid_by_port},
-    ib::gid::GidAttr,
-    ib::Device,
+    ib::{gid::GidAttr, Device},
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::gid_index::{bitmap_test, GidKey},
 };
@@ -109,11 +107,22 @@ fn found(r: Result<GidAttr>) -> Found {
 /// Compares ibext with ib_core for `key` on `dev`: every port and each port, with `ndev` or any.
 fn compare(dev: &Device, key: &GidKey, ndev: NdevPtr) -> TestResult {
     let ours = found(api::gid_find(dev, key, None, ndev));
-    let theirs = found(crate::ib::gid::upstream_find(dev, key, ndev));
+    let theirs = found(crate::ib::gid::upstream_find(
+        dev,
+        &key.gid,
+        key.gid_type,
+        ndev,
+    ));
     kassert_eq!(ours, theirs, "rdma_find_gid of {:?}", key);
     for p in ports(dev) {
         let ours = found(api::gid_find(dev, key, Some(p), ndev));
-        let theirs = found(crate::ib::gid::upstream_find_by_port(dev, key, p, ndev));
+        let theirs = found(crate::ib::gid::upstream_find_by_port(
+            dev,
+            &key.gid,
+            key.gid_type,
+            p,
+            ndev,
+        ));
         kassert_eq!(ours, theirs, "rdma_find_gid_by_port {} of {:?}", p, key);
     }
     Ok(())
@@ -645,11 +654,13 @@ impl Finder {
                         core::ptr::null_mut(),
                     ))
                 },
-                Finder::Upstream => crate::ib::gid::upstream_find(dev, key, NdevPtr::ANY),
+                Finder::Upstream => {
+                    crate::ib::gid::upstream_find(dev, &key.gid, key.gid_type, NdevPtr::ANY)
+                }
                 Finder::QueryLoop => query_loop(dev, key),
                 Finder::ConfirmOnly(port, index) => crate::ib::gid::get_gid_attr(dev, port, index),
                 Finder::StateOnly => {
-                    return crate::client::with_device_state(dev, |s, _| {
+                    return crate::device::with_device_state(dev, |s, _| {
                         core::hint::black_box(&*s);
                     })
                     .is_some()
@@ -692,7 +703,7 @@ fn query_loop(dev: &Device, key: &GidKey) -> Result<GidAttr> {
 /// would pull their ratios towards 1.
 fn ns_per_lookup(finder: Finder, devs: &[&Device], key: &GidKey) -> Option<(u64, u64)> {
     const BATCH: u64 = 64;
-    let start = super::stream::now_ns();
+    let start = crate::tests::stream::now_ns();
     let mut n = 0u64;
     loop {
         for _ in 0..BATCH {
@@ -701,7 +712,7 @@ fn ns_per_lookup(finder: Finder, devs: &[&Device], key: &GidKey) -> Option<(u64,
             }
         }
         n += BATCH;
-        let t = super::stream::now_ns() - start;
+        let t = crate::tests::stream::now_ns() - start;
         if t >= 20_000_000 || n >= 1_000_000 {
             return Some((t / n, n));
         }
@@ -735,7 +746,7 @@ fn grow_rxe1(dev: &Device, state: &DeviceState, have_hosts: u16, want: usize) ->
 /// about 1000 entries, and for a GID on the second of two devices searched in turn, through
 /// ibext, `rdma_find_gid` and a `rdma_query_gid` loop, side by side.
 pub(crate) fn gid_bench() -> TestResult {
-    use super::bench::REPS;
+    use crate::tests::bench::REPS;
     let (rxe0, s0) = device(c_str!("rxe0"))?;
     let (rxe1, s1) = device(c_str!("rxe1"))?;
     let (d0, d1) = (rxe0.device(), rxe1.device());

@@ -213,8 +213,8 @@ pub(crate) fn pooled_cqs_on(name: &CStr) -> usize {
     let Some(dev) = DeviceRef::get(name) else {
         return 0;
     };
-    crate::client::device_state(dev.device()).map_or(0, |s| {
-        crate::cq_engine::PollCtx::ALL
+    crate::device::device_state(dev.device()).map_or(0, |s| {
+        crate::engine::PollCtx::ALL
             .iter()
             .map(|ctx| s.cq_pools().nr_cqs(*ctx))
             .sum()
@@ -261,7 +261,7 @@ impl XorShift {
 /// `arg` is a live `CqEngine`.
 unsafe extern "C" fn schedule_pass(arg: *mut core::ffi::c_void) {
     // SAFETY: The caller's guarantee.
-    unsafe { &*arg.cast::<crate::cq_engine::CqEngine>() }.schedule();
+    unsafe { &*arg.cast::<crate::engine::CqEngine>() }.schedule();
 }
 
 /// Where [`pass_on_worker`] runs a pass.
@@ -283,7 +283,7 @@ pub(crate) enum PassCpu {
 /// could not wake up until the hold timed out. So the worker is bound, and the pass held
 /// (`PassCpu::Other`) never shares a CPU with the test. On a one-CPU guest both are the same.
 pub(crate) fn pass_on_worker(
-    cq: &crate::cq_engine::CqEngine,
+    cq: &crate::engine::CqEngine,
     done: &kernel::sync::Arc<core::sync::atomic::AtomicU32>,
     on: PassCpu,
 ) -> crate::kunit::TestResult {

@@ -119,7 +119,7 @@ fn park(p: Point, obj: usize) {
             break;
         }
         if may_sleep {
-            super::guest::msleep(1);
+            crate::tests::guest::msleep(1);
         } else {
             // Softirq or atomic context: spin, on a CPU the test does not need.
             core::hint::spin_loop();
@@ -150,7 +150,7 @@ impl Parking {
 
     /// Waits up to `ms` milliseconds for a caller to park; returns whether one did.
     pub(crate) fn wait_parked(&self, ms: u32) -> bool {
-        super::guest::wait_for(ms, || PARKED.load(Ordering::Acquire) != 0)
+        crate::tests::guest::wait_for(ms, || PARKED.load(Ordering::Acquire) != 0)
     }
 
     /// Whether `p` was reached since the point was armed.
@@ -168,7 +168,7 @@ impl Parking {
     pub(crate) fn release(&self) -> bool {
         ARMED.store(0, Ordering::Release);
         RELEASE.store(true, Ordering::Release);
-        super::guest::wait_for(PARK_LIMIT_NS as u32 / 1_000_000, || {
+        crate::tests::guest::wait_for(PARK_LIMIT_NS as u32 / 1_000_000, || {
             PARKED.load(Ordering::Acquire) == 0
         });
         !TIMED_OUT.load(Ordering::Acquire)

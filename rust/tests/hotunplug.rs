@@ -12,14 +12,14 @@
 //! checks that nothing hung, leaked or completed late, re-adds rxe0, and sees the ULP's
 //! traffic run again on the new device.
 
-use super::{
+use crate::tests::{
     guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef},
     stream::{now_ns, Stream},
 };
 use crate::{
     api::PooledCq,
     bindings,
-    cq_engine::PollCtx,
+    engine::PollCtx,
     ib::Device,
     kunit::{kassert, kassert_eq, kunit_suite, TestResult},
     ledger::{self, Kind},

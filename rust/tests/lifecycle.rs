@@ -2,9 +2,9 @@
 
 //! `ibext_lifecycle`: per-device state follows device registration, exactly once each way.
 
-use super::guest::{debugfs_exists, link_add, link_delete, rdma, restore_links, DeviceRef};
+use crate::tests::guest::{debugfs_exists, link_add, link_delete, rdma, restore_links, DeviceRef};
 use crate::{
-    bindings, client,
+    bindings,
     kunit::{kassert, kassert_eq, kunit_suite, TestResult},
     ledger::{self, Kind},
 };
@@ -18,7 +18,7 @@ fn state_exists_for_rxe0_and_rxe1() -> TestResult {
         let Some(dev) = dev else {
             return Err(crate::kunit::Failed);
         };
-        let state = client::device_state(dev.device());
+        let state = crate::device::device_state(dev.device());
         kassert!(state.is_some(), "no ibext state for {}", name);
         let Some(state) = state else {
             return Err(crate::kunit::Failed);
@@ -38,7 +38,7 @@ fn comp_vectors_follow_online_cpus() -> TestResult {
         kassert!(false, "rxe0 is not registered");
         return Ok(());
     };
-    let Some(state) = client::device_state(dev.device()) else {
+    let Some(state) = crate::device::device_state(dev.device()) else {
         kassert!(false, "no ibext state for rxe0");
         return Ok(());
     };
@@ -85,7 +85,7 @@ fn link_delete_and_readd_checks(before: ledger::Counts) -> TestResult {
     let dev = DeviceRef::get(c_str!("rxe0"));
     kassert!(dev
         .as_ref()
-        .and_then(|d| client::device_state(d.device()))
+        .and_then(|d| crate::device::device_state(d.device()))
         .is_some());
     kassert!(debugfs_exists(&[c_str!("rxe0"), c_str!("state")]));
     Ok(())
@@ -101,7 +101,9 @@ fn rename_follows_device() -> TestResult {
     // Rename back even if a check fails, so later suites find rxe1.
     let renamed_ok = (|| -> TestResult {
         let dev = DeviceRef::get(c_str!("rxe9"));
-        let state = dev.as_ref().and_then(|d| client::device_state(d.device()));
+        let state = dev
+            .as_ref()
+            .and_then(|d| crate::device::device_state(d.device()));
         kassert!(state.is_some_and(|s| s.name_matches(c_str!("rxe9"))));
         kassert!(debugfs_exists(&[c_str!("rxe9"), c_str!("state")]));
         kassert!(!debugfs_exists(&[c_str!("rxe1")]));

@@ -14,10 +14,10 @@
 //! A third case forces one interleaving instead of running many: a put held at a park point
 //! (`tests::hooks`) while the whole removal runs.
 
-use super::guest::{link_add, link_delete, msleep, required, restore_links, DeviceRef};
+use crate::tests::guest::{link_add, link_delete, msleep, required, restore_links, DeviceRef};
 use crate::{
-    bindings, client,
-    ib::capi::{
+    bindings,
+    capi::{
         ibext_cq_pool_get, ibext_cq_pool_put, ibext_find_gid, ibext_srq_pool_create,
         ibext_srq_pool_destroy,
     },
@@ -136,19 +136,25 @@ fn calls_racing_removal() -> TestResult {
 /// device table is taken when rxe1 is added, so rxe1 has none.
 fn calls_racing_removal_without_a_fast_slot() -> TestResult {
     let r = without_a_fast_slot_checks();
-    client::test_free_fast();
+    <crate::device::DeviceState as crate::ib::client::ClientData>::client().test_free_fast();
     restore_links();
     r
 }
 
 fn without_a_fast_slot_checks() -> TestResult {
     kassert_eq!(link_delete(c_str!("rxe1")).map_err(|_| Failed)?, 0);
-    kassert!(client::test_fill_fast() > 0);
+    kassert!(
+        <crate::device::DeviceState as crate::ib::client::ClientData>::client().test_fill_fast()
+            > 0
+    );
     kassert_eq!(link_add(c_str!("rxe1")).map_err(|_| Failed)?, 0);
     {
         let dev = required(c_str!("rxe1"))?;
-        kassert!(!client::test_has_fast_slot(dev.device()));
-        kassert!(client::device_state(dev.device()).is_some());
+        kassert!(
+            !<crate::device::DeviceState as crate::ib::client::ClientData>::client()
+                .test_has_fast_slot(dev.device())
+        );
+        kassert!(crate::device::device_state(dev.device()).is_some());
     }
     calls_racing_removal_checks()
 }
@@ -244,7 +250,7 @@ fn put_idling_checks() -> TestResult {
         );
         kassert!(parking.parked());
         kassert!(parking.release(), "ctx {}: the put was held too long", ctx);
-        let finished = super::guest::wait_for(60_000, || done.load(Ordering::Acquire) == 1);
+        let finished = crate::tests::guest::wait_for(60_000, || done.load(Ordering::Acquire) == 1);
         kassert!(finished, "ctx {}: the put did not return", ctx);
         kassert_eq!(link_add(c_str!("rxe1")).map_err(|_| Failed)?, 0);
     }

@@ -9,9 +9,9 @@
 //! passes run on bound workers, with bottom halves disabled around the scheduling, so that a
 //! held pass spins on another CPU than the test's (`guest::pass_on_worker`).
 
-use super::guest::{pass_on_worker, required, wait_for, PassCpu};
+use crate::tests::guest::{pass_on_worker, required, wait_for, PassCpu};
 use crate::{
-    cq_engine::{wait_for_handlers, CqEngine, CqStat, PollCtx},
+    engine::{wait_for_handlers, CqEngine, CqStat, PollCtx},
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::moderation::Moderation,
     tests::hooks::{Parking, Point},

@@ -11,7 +11,7 @@
 
 use core::mem::ManuallyDrop;
 
-use super::{
+use crate::tests::{
     guest::{
         debugfs_exists, link_add, link_delete, msleep, pass_on_worker, required, restore_links,
         short_sleep, wait_for, PassCpu,
@@ -20,21 +20,22 @@ use super::{
 };
 use crate::{
     api::PooledCq,
+    backport::bug::expect_warnings,
+    backport::error::eopnotsupp,
     bindings,
-    cq_engine::PollCtx,
-    ib::capi::{
+    capi::{
         ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_nr_srqs,
         ibext_srq_pool_put, ibext_srq_pool_repost, ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq,
         ibext_srq_pool_srq_ctx,
     },
-    ib::srq::{eopnotsupp, Pd as PdView},
+    engine::PollCtx,
+    ib::verbs::Pd as PdView,
     ib::Device,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     policy::moderation::Moderation,
     srq_pool::SrqPool,
     tests::hooks::{Parking, Point, FAIL_AT},
-    warn::expect_warnings,
 };
 use core::{
     ffi::c_void,
@@ -702,10 +703,10 @@ impl Fleet {
     }
 
     /// The engines of the fleet's pooled CQs, for the tests' poller gate.
-    fn engines(&self) -> impl Iterator<Item = &crate::cq_engine::CqEngine> {
+    fn engines(&self) -> impl Iterator<Item = &crate::engine::CqEngine> {
         self.cqs.iter().filter_map(|c| {
             // SAFETY: The CQs are pooled and held by `self`, so alive while it is borrowed.
-            unsafe { crate::cq_engine::CqEngine::of_cq(c.as_raw()) }
+            unsafe { crate::engine::CqEngine::of_cq(c.as_raw()) }
         })
     }
 
@@ -1762,7 +1763,7 @@ fn link_delete_after_cleanup_checks() -> TestResult {
 pub(crate) fn srq_bench() -> TestResult {
     const QPS: usize = 64;
     const PER_QP: u32 = 256;
-    use super::bench::REPS;
+    use crate::tests::bench::REPS;
     let dev = required(c_str!("rxe0"))?;
     let setups = [
         (Recv::PerQp { depth: 256 }, "per_qp_rq"),
@@ -1826,7 +1827,7 @@ fn handler_in_flight_checks(mut f: Fleet, ctx: PollCtx) -> TestResult {
     let at = f.engines().next().map(|e| core::ptr::from_ref(e) as usize);
     let at = at.ok_or(Failed)?;
     // SAFETY: The fleet holds the CQ until it is dropped, after this function.
-    let engine = unsafe { &*(at as *const crate::cq_engine::CqEngine) };
+    let engine = unsafe { &*(at as *const crate::engine::CqEngine) };
     let parking = Parking::arm(Point::RecvDone, core::ptr::null());
     // The message's completions wait in the CQ; then a worker runs the pass that holds the
     // receive's handler (see `pass_on_worker`).
@@ -1934,7 +1935,7 @@ fn pressure_callback_destroying_its_pool() -> TestResult {
     }
     kassert_eq!(
         f.rx.destroy_result.load(Ordering::Acquire),
-        crate::ib::verbs::edeadlk().to_errno()
+        crate::backport::error::edeadlk().to_errno()
     );
     kassert_eq!(warned, 1);
     bad_input_ok("srq_destroy.from_pressure");

@@ -13,14 +13,14 @@
 //! its poller starves it of completions, and polling mode ends): it guards the property, the
 //! first forces the mechanism.
 
-use super::{
+use crate::tests::{
     guest::{distinct_cqs, required, wait_for},
     stream::{now_ns, Stream},
 };
 use crate::{
     api::PooledCq,
     bindings,
-    cq_engine::{CqEngine, CqStat, PollCtx},
+    engine::{CqEngine, CqStat, PollCtx},
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::moderation::{Moderation, ADAPTIVE_POLL_PROFILE},
     tests::hooks::RepollWatch,

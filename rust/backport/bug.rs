@@ -62,8 +62,8 @@ macro_rules! warn_on_once {
             ::core::sync::atomic::AtomicBool::new(false);
         let cond: bool = $cond;
         if cond {
-            if $crate::warn::expecting() {
-                $crate::warn::record_expected($msg);
+            if $crate::backport::bug::expecting() {
+                $crate::backport::bug::record_expected($msg);
             } else if !WARNED.swap(true, ::core::sync::atomic::Ordering::Relaxed) {
                 // SAFETY: All three arguments are NUL-terminated literals with static lifetime.
                 unsafe {

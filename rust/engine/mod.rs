@@ -20,16 +20,16 @@
 //!   software by deferring the next pass with the hrtimer instead of re-arming. The adaptive
 //!   mode switches between interrupt mode and polling mode.
 
+pub(crate) mod polled_cq;
+pub(crate) mod queues;
+
 use crate::{
-    ib::{
-        dim,
-        polled_cq::{self, Handler, OwnedPolledCq, PassCtl, PolledCq},
-        Device,
-    },
+    engine::polled_cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
+    ib::{dim, Device},
     ledger::{Kind, Token},
     policy::{
         engine::{self, PassStats},
-        moderation::{ModState, Moderation, PassEnd},
+        moderation::{self, ModState, Moderation, PassEnd},
     },
     stats::{stat_enum, Counters, Values},
 };
@@ -42,10 +42,10 @@ use core::{
 use kernel::{prelude::*, time::Ktime};
 
 #[cfg(ibext_kunit)]
-pub(crate) use crate::ib::cq::wait_for_handlers;
-pub(crate) use crate::ib::cq::PollCtx;
+pub(crate) use crate::engine::queues::wait_for_handlers;
 #[cfg(ibext_kunit)]
-pub(crate) use crate::ib::cq::BUDGET_SOFTIRQ;
+pub(crate) use crate::engine::queues::BUDGET_SOFTIRQ;
+pub(crate) use crate::ib::cq::PollCtx;
 
 /// A pooled CQ: the polled CQ with the engine as its handler.
 pub(crate) type CqEngine = PolledCq<EngineState>;
@@ -69,12 +69,12 @@ const GATE_PENDING: u8 = 2;
 
 /// Owns ibext's completion workqueues; made before the client registers, dropped after it
 /// unregisters (so after every pooled CQ is gone).
-pub(crate) struct Workqueues(Option<crate::ib::cq::CompQueues>);
+pub(crate) struct Workqueues(Option<crate::engine::queues::CompQueues>);
 
 impl Workqueues {
     /// Allocates and publishes both workqueues.
     pub(crate) fn new() -> Result<Self> {
-        Ok(Workqueues(Some(crate::ib::cq::CompQueues::new()?)))
+        Ok(Workqueues(Some(crate::engine::queues::CompQueues::new()?)))
     }
 }
 
@@ -230,7 +230,7 @@ impl Handler for EngineState {
 
     fn dim_work(cq: &CqEngine) {
         let e = cq.handler();
-        let (ix, applied) = cq.apply_profile();
+        let (ix, applied) = cq.apply_profile(moderation::comps_usec);
         // What the device took decides what the poller does: re-arm (the device moderates) or
         // software moderation (no `modify_cq`, or it refused).
         e.hw_moderation

@@ -10,19 +10,20 @@
 //! About 470 lines: one short function per C entry point (18), each with its contract.
 
 use crate::{
-    api, bindings,
-    cq_engine::{CqEngine, PollCtx},
+    api,
+    backport::bug::warn_on_once,
+    bindings,
     device::DeviceState,
+    engine::{CqEngine, PollCtx},
+    ib::verbs::Pd,
     ib::{
         cq::{CqPtr, UlpCq},
         gid::{GidAttr, NdevPtr},
-        srq::{Pd, UlpPressure, UlpRecvDone},
         Device,
     },
     legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
-    srq_pool::{self, SrqPool},
-    warn::warn_on_once,
+    srq_pool::{self, SrqPool, UlpPressure, UlpRecvDone},
 };
 use core::ptr::NonNull;
 use kernel::{

@@ -42,4 +42,4 @@ type __kernel_size_t = usize;
 type __kernel_ssize_t = isize;
 type __kernel_ptrdiff_t = isize;
 
-include!("../bindings_generated.rs");
+include!("bindings_generated.rs");

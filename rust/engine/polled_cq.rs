@@ -30,15 +30,13 @@
 //! and the teardown on what each callback checks.
 
 use crate::{
+    backport::{bug::warn_on_once, sync::LockClass, workqueue::init_work},
     bindings,
+    engine::queues::{comp_queue, wait_for_handlers, BUDGET_SOFTIRQ, BUDGET_WORKQUEUE, POLL_BATCH},
     ib::{
-        cq::{
-            comp_queue, wait_for_handlers, CqPtr, PollCtx, BUDGET_SOFTIRQ, BUDGET_WORKQUEUE,
-            POLL_BATCH,
-        },
-        dim, init_work, CqOps, Device, LockClass,
+        cq::{CqPtr, PollCtx},
+        dim, CqOps, Device,
     },
-    warn::warn_on_once,
 };
 use core::{
     ffi::c_void,
@@ -149,7 +147,9 @@ impl<H: Handler> PolledCq<H> {
         ctx: PollCtx,
         handler: H,
     ) -> Result<OwnedPolledCq<H>> {
-        let ops = dev.cq_ops().ok_or_else(super::verbs::eopnotsupp)?;
+        let ops = dev
+            .cq_ops()
+            .ok_or_else(crate::backport::error::eopnotsupp)?;
         let this = KBox::pin_init(
             pin_init!(Self {
                 cq: AtomicPtr::new(core::ptr::null_mut()),
@@ -303,10 +303,10 @@ impl<H: Handler> PolledCq<H> {
 
     /// Applies lib/dim's profile with the device's own `modify_cq`, if it has one (see
     /// `dim::apply_profile`); returns the index and how it was applied.
-    pub(crate) fn apply_profile(&self) -> (u8, dim::Applied) {
+    pub(crate) fn apply_profile(&self, profile: dim::Profiles) -> (u8, dim::Applied) {
         // SAFETY: `dim` was initialized in `create`; the CQ is alive while `self` is reachable
         // (it is destroyed only after every callback is stopped, in `OwnedPolledCq`'s drop).
-        unsafe { dim::apply_profile(&self.dim, self.raw()) }
+        unsafe { dim::apply_profile(&self.dim, self.raw(), profile) }
     }
 
     /// Tests only: makes lib/dim's decision `ix`, as `rdma_dim()` does when it picks a profile,
@@ -335,7 +335,7 @@ impl<H: Handler> PolledCq<H> {
             stay: false,
         };
         if iop {
-            super::softirq_pass_begins(self.raw().cast());
+            crate::seams::softirq_pass_begins(self.raw().cast());
         }
         let (n, tail) = {
             // SAFETY: Only passes touch `poller`, one at a time (type invariant; caller
@@ -371,7 +371,7 @@ impl<H: Handler> PolledCq<H> {
         let this = unsafe { &*ctx.cast::<Self>() };
         // Teardown waits for this read-side section after setting `dying`, so nothing is
         // scheduled once it has moved on.
-        let _rcu = super::RcuGuard::new();
+        let _rcu = crate::backport::sync::RcuGuard::new();
         if !this.dying.load(Ordering::Acquire) {
             H::event(this);
         }
@@ -504,7 +504,7 @@ impl<H: Handler> PassCtl<'_, H> {
             // SAFETY: We are the poll function of the CQ's `iop` (type invariant).
             unsafe { bindings::irq_poll_complete(self.cq.iop.get()) };
         }
-        super::park_point(super::Point::PassTail, self.cq.raw().cast());
+        crate::seams::park_point(crate::seams::Point::PassTail, self.cq.raw().cast());
     }
 
     /// irq_poll only: the pass stays on irq_poll's list, as one that used its whole budget
@@ -513,7 +513,7 @@ impl<H: Handler> PassCtl<'_, H> {
     pub(crate) fn stay_on_poll_list(&mut self) {
         if self.iop {
             self.stay = true;
-            super::softirq_repoll_asked(self.cq.raw().cast());
+            crate::seams::softirq_repoll_asked(self.cq.raw().cast());
         }
     }
 
@@ -675,7 +675,7 @@ pub(crate) fn quiesce<'a, H: Handler + 'a>(
         tails |= cq.stop_poller();
     }
     if tails {
-        super::reached(super::Point::PollerStopped);
+        crate::seams::reached(crate::seams::Point::PollerStopped);
         wait_for_handlers();
     }
 }

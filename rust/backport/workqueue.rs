@@ -8,7 +8,10 @@
 //! instead: the object's drop cancels the work and waits for it before anything the work reads
 //! is dropped (see [`HasDelayedWork`]).
 
-use crate::{bindings, ib::LockClass, warn::warn_on_once};
+use crate::{
+    backport::{bug::warn_on_once, sync::LockClass},
+    bindings,
+};
 use core::marker::PhantomData;
 use kernel::{prelude::*, types::Opaque};
 
@@ -43,20 +46,20 @@ macro_rules! impl_has_delayed_work {
         // SAFETY: `$field` is a `DelayedWork<$t>` (`delayed_work` type-checks it), declared
         // before what `run` reads or cancelled first (the macro's contract, stated where it is
         // used).
-        unsafe impl<$g: $b> $crate::ib::work::HasDelayedWork for $t {
+        unsafe impl<$g: $b> $crate::backport::workqueue::HasDelayedWork for $t {
             const OFFSET: usize = ::core::mem::offset_of!($t, $field);
 
-            fn delayed_work(&self) -> &$crate::ib::work::DelayedWork<$t> {
+            fn delayed_work(&self) -> &$crate::backport::workqueue::DelayedWork<$t> {
                 &self.$field
             }
         }
     };
     ($t:ty, $field:ident) => {
         // SAFETY: As above.
-        unsafe impl $crate::ib::work::HasDelayedWork for $t {
+        unsafe impl $crate::backport::workqueue::HasDelayedWork for $t {
             const OFFSET: usize = ::core::mem::offset_of!($t, $field);
 
-            fn delayed_work(&self) -> &$crate::ib::work::DelayedWork<$t> {
+            fn delayed_work(&self) -> &$crate::backport::workqueue::DelayedWork<$t> {
                 &self.$field
             }
         }
@@ -176,3 +179,21 @@ pub(crate) fn now_ms() -> u64 {
     // SAFETY: FFI call without preconditions.
     unsafe { bindings::ibext_shim_now_ms() }
 }
+
+/// Initializes a work item with a lockdep class and name of this call site's own, so that
+/// lockdep tells ibext's work items apart (C's `INIT_WORK` does the same with a static per
+/// expansion).
+///
+/// `$slot` is a `*mut bindings::work_struct` valid for writes, `$func` the work function.
+macro_rules! init_work {
+    ($slot:expr, $func:expr, $name:literal) => {{
+        static KEY: $crate::backport::sync::LockClass = $crate::backport::sync::LockClass::new();
+        $crate::bindings::ibext_shim_init_work(
+            $slot,
+            Some($func),
+            concat!($name, "\0").as_ptr().cast(),
+            KEY.as_ptr(),
+        )
+    }};
+}
+pub(crate) use init_work;

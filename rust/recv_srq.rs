@@ -54,23 +54,24 @@
 //! drop).
 
 use crate::{
-    bindings,
-    ib::{
-        cq::wait_for_dispatch,
-        fault_point,
-        gid::PerCpuCounters,
-        work::{impl_has_delayed_work, now_ms, DelayedRun, DelayedWork},
-        Device, DeviceRef, LockClass, RcuGuard,
+    backport::{
+        bug::warn_on_once,
+        percpu::PerCpuCounters,
+        sync::{LockClass, RcuGuard},
+        workqueue::{impl_has_delayed_work, now_ms, DelayedRun, DelayedWork},
     },
+    bindings,
+    engine::queues::wait_for_dispatch,
+    ib::{Device, DeviceRef},
     policy::{
         cq_pool::AGE_MS,
         srq_pool::{limit_for, next_step, MAX_STEPS},
     },
+    seams::fault_point,
     stats::{stat_enum, Values},
-    warn::warn_on_once,
 };
 
-pub(crate) use crate::ib::verbs::{edeadlk, eopnotsupp, Pd, Srq, UlpPressure, UlpRecvDone, Wc};
+use crate::ib::verbs::{Pd, Srq, Wc};
 use core::{
     ffi::c_void,
     marker::PhantomData,
@@ -361,7 +362,7 @@ impl<H: SrqHandler> RecvSrq<H> {
             // create (mlx5/srq.c, mlx4/srq.c), only `modify_srq` with `IB_SRQ_LIMIT` arms it.
             // A device without `modify_srq` keeps what create armed.
             match inner.arm_limit(attr.limit) {
-                Err(e) if e != eopnotsupp() => return Err(e),
+                Err(e) if e != crate::backport::error::eopnotsupp() => return Err(e),
                 _ => {}
             }
         }
@@ -498,7 +499,7 @@ impl<H: SrqHandler> Drop for RecvSrqs<H> {
             any |= s.0.close();
         }
         if any {
-            super::reached(super::Point::SrqHandlersWait);
+            crate::seams::reached(crate::seams::Point::SrqHandlersWait);
             wait_for_dispatch();
         }
         for s in self.0.iter() {
@@ -828,7 +829,7 @@ impl<H: SrqHandler> PinnedDrop for Inner<H> {
             // return before this does; those that start later see `closing` and leave the SRQ
             // alone. Only then is it destroyed: a handler that read `closing` clear may still
             // post on it until this wait returns.
-            super::reached(super::Point::SrqHandlersWait);
+            crate::seams::reached(crate::seams::Point::SrqHandlersWait);
             wait_for_dispatch();
         }
         self.destroy();
@@ -916,7 +917,7 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
         let b = &*wc.wr_cqe().cast::<RecvBuf>();
         (b, &*b.owner.cast::<Inner<H>>())
     };
-    super::park_point(super::Point::RecvDone, b.owner);
+    crate::seams::park_point(crate::seams::Point::RecvDone, b.owner);
     if inner.closing.load(Ordering::Acquire) {
         // The pool is being torn down (its QPs are gone): the owner has let go of the SRQ, and
         // teardown waits for this handler before it destroys the SRQ. The buffer stays where
@@ -981,7 +982,10 @@ impl<H: SrqHandler> DelayedRun for Inner<H> {
     /// The maintenance work: frees retired steps, grows on a limit event and re-arms the
     /// limit, shrinks once the pressure is gone; nothing once the SRQ is destroyed.
     fn run(&self) {
-        super::park_point(super::Point::SrqMaintain, core::ptr::from_ref(self).cast());
+        crate::seams::park_point(
+            crate::seams::Point::SrqMaintain,
+            core::ptr::from_ref(self).cast(),
+        );
         let phase = self.phase.lock();
         if *phase == Phase::Live && !self.closing.load(Ordering::Acquire) {
             self.maintain();

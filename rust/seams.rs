@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The seams through which the KUnit flavour's tests reach into the product code, all in this
+//! one file: [`fault_point`] (make a step of building an object fail with `-ENOMEM`),
+//! [`park_point`] and [`reached`] (hold a caller at a named point, or note that it got there,
+//! to force one interleaving of a race), and the softirq repoll watch
+//! ([`softirq_pass_begins`], [`softirq_repoll_asked`]).
+//!
+//! In the KUnit flavour (`--cfg ibext_kunit`) they are `tests::hooks`'s; in the product module
+//! each is an empty `#[inline(always)]` function and [`Point`] an enum nothing matches on, so
+//! they compile to nothing. Product files name a seam only through this module.
+
+/// A step of making an object that can fail; in the KUnit flavour a test can make it fail with
+/// `-ENOMEM` (`tests::hooks::FAIL_AT`). Always `Ok` in the product module.
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::fault_point;
+
+/// A step of making an object that can fail; always `Ok` in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn fault_point() -> kernel::error::Result {
+    Ok(())
+}
+
+/// A point where, in the KUnit flavour, a test can hold the caller to force one interleaving of
+/// a race (`tests::hooks::park_point`); nothing in the product module.
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::{
+    park_point, reached, softirq_pass_begins, softirq_repoll_asked, Point,
+};
+
+/// The points of [`park_point`]; none in the product module.
+#[cfg(not(ibext_kunit))]
+#[derive(Clone, Copy)]
+pub(crate) enum Point {
+    /// See the KUnit flavour's `tests::hooks::Point`.
+    CqPutIdle,
+    /// As above.
+    PassTail,
+    /// As above.
+    RecvDone,
+    /// As above.
+    PollerStopped,
+    /// As above.
+    SrqHandlersWait,
+    /// As above.
+    SrqMaintain,
+}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn park_point(_p: Point, _obj: *const core::ffi::c_void) {}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn reached(_p: Point) {}
+
+/// Nothing in the product module (the KUnit flavour watches softirq repolls,
+/// `tests::hooks::RepollWatch`).
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn softirq_repoll_asked(_obj: *const core::ffi::c_void) {}
+
+/// Nothing in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn softirq_pass_begins(_obj: *const core::ffi::c_void) {}
