@@ -189,7 +189,7 @@ def build_initramfs(args, kdir, bdir):
     shutil.copy2(os.path.join(bdir, "product", "ibext.ko"), os.path.join(stage, "ibext"))
     shutil.copy2(os.path.join(bdir, "kunit", "ibext.ko"), os.path.join(stage, "ibext", "kunit"))
     for ulp in ("ibext_test_ulp.ko", "ibext_cm_ulp.ko"):
-        shutil.copy2(os.path.join(bdir, "kunit", "kunit", ulp), os.path.join(stage, "ibext"))
+        shutil.copy2(os.path.join(bdir, "test-ulps", ulp), os.path.join(stage, "ibext"))
     for port in ("nvme-rdma-ibext.ko", "nvmet-rdma-ibext.ko"):
         shutil.copy2(os.path.join(bdir, "ulp", port), os.path.join(stage, "ibext", "ulp"))
 

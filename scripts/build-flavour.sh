@@ -5,7 +5,7 @@
 # of the tree so that flavours and kernels never rebuild each other:
 #   <out>/product/ibext.ko                 the module as shipped
 #   <out>/kunit/ibext.ko                   the same crate with its KUnit suites
-#   <out>/kunit/kunit/ibext_test_ulp.ko    a minimal C ULP, for the harness
+#   <out>/test-ulps/ibext_{test,cm}_ulp.ko the harness's C ULPs (kunit/Kbuild)
 #   <out>/ulp/nvme{,t}-rdma-ibext.ko       the NVMe over RDMA ports (ulp/)
 # Usage: build-flavour.sh <kdir> <out> [extra make arguments...]
 set -euo pipefail
@@ -22,6 +22,13 @@ for kind in product kunit; do
 	[ "$kind" = kunit ] && flags+=(IBEXT_KUNIT=y)
 	make -s -C "$kdir" LLVM=1 M="$out/$kind" "${flags[@]}" "$@" modules
 done
+
+# The harness's C ULPs, against the product module's exports, in a tree of
+# their own.
+mkdir -p "$out/test-ulps"
+rsync -a "$top/kunit/Kbuild" "$top"/kunit/*.c "$out/test-ulps/"
+make -s -C "$kdir" LLVM=1 M="$out/test-ulps" IBEXT_INCLUDE="$top/include" \
+	KBUILD_EXTRA_SYMBOLS="$out/product/Module.symvers" "$@" modules
 
 # The ports: the kernel's own sources with ulp/*.patch applied.  A source is
 # rewritten only when it changes, so an unchanged port is not rebuilt.
