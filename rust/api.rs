@@ -34,7 +34,7 @@ pub(crate) fn default_moderation(dev: &Device) -> Moderation {
 /// # Invariants
 ///
 /// `nr_cqe` entries of `cq` are taken from `state`'s pool and not yet given back.
-pub(crate) struct PooledCq {
+pub(crate) struct CqEntries {
     state: Arc<DeviceState>,
     cq: CqPtr,
     nr_cqe: u32,
@@ -44,7 +44,7 @@ pub(crate) struct PooledCq {
     not(ibext_kunit),
     expect(dead_code, reason = "the crate's tests are its only Rust users so far")
 )]
-impl PooledCq {
+impl CqEntries {
     /// Takes `nr_cqe` entries on a pooled CQ of `dev` polled in `ctx` and moderated by
     /// `moderation` (see `ibext_cq_pool_get_attr`).
     pub(crate) fn get(
@@ -57,7 +57,7 @@ impl PooledCq {
         let state = crate::device::device_state(dev).ok_or(ENODEV)?;
         let cq = state.cq_pool_get(nr_cqe, hint, ctx, moderation)?;
         // INVARIANT: `nr_cqe` entries of `cq` were just taken from `state`'s pool.
-        Ok(PooledCq { state, cq, nr_cqe })
+        Ok(CqEntries { state, cq, nr_cqe })
     }
 
     /// Returns the CQ, for `ib_create_qp` and friends.
@@ -71,7 +71,7 @@ impl PooledCq {
     }
 }
 
-impl Drop for PooledCq {
+impl Drop for CqEntries {
     fn drop(&mut self) {
         // Dropped here, after the state's last use: possibly its last reference.
         drop(self.state.cq_put(self.cq, self.nr_cqe));

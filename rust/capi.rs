@@ -14,7 +14,7 @@ use crate::{
     backport::bug::warn_on_once,
     bindings,
     device::DeviceState,
-    engine::{CqEngine, PollCtx},
+    engine::{PollCtx, PooledCq},
     ib::verbs::Pd,
     ib::{
         cq::{CqPtr, UlpCq},
@@ -117,7 +117,7 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
     // their CQs back when rdma_cm, removed after ibext, tells them the device is going).
     // SAFETY: `cq` is a live CQ the caller holds `nr_cqe` entries on (the C contract), until
     // this call returns.
-    let Some(engine) = (unsafe { CqEngine::of_cq(cq) }) else {
+    let Some(engine) = (unsafe { PooledCq::of_cq(cq) }) else {
         warn_on_once!(true, "ibext_cq_pool_put: not a CQ from ibext's pool");
         return;
     };

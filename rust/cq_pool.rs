@@ -39,13 +39,14 @@ use crate::{
         sync::LockClass,
         workqueue::{impl_has_delayed_work, DelayedRun, DelayedWork},
     },
-    engine::{self, CqEngine, CqSnapshot, OwnedCq, PollCtx},
+    engine::{self, CqSnapshot, OwnedPooledCq, PollCtx, PooledCq},
     ib::{cq::CqPtr, Device},
     ledger::{Kind, Token},
     policy::{
         cq_pool::{self as policy, AgingSlot, Slot},
         moderation::Moderation,
     },
+    seams,
 };
 use core::{
     ffi::c_void,
@@ -62,7 +63,7 @@ use kernel::{
 struct PoolSlot {
     /// `None` once destroyed idle, by aging or at retirement (the slot stays until its whole
     /// set is empty, see [`CqPoolInner::unlink_empty_locked`]).
-    cq: Option<OwnedCq>,
+    cq: Option<OwnedPooledCq>,
     vector: u32,
     capacity: u32,
     used: u32,
@@ -95,7 +96,7 @@ impl AgingSlot for PoolSlot {
 impl PoolSlot {
     /// Returns the CQ, or `None` once destroyed.
     fn ptr(&self) -> Option<CqPtr> {
-        self.cq.as_ref().and_then(OwnedCq::ptr)
+        self.cq.as_ref().and_then(OwnedPooledCq::ptr)
     }
 
     /// Sets `used`, and the CQ's `cqe_used` to match (see `ibext_shim_cq_set_used`).
@@ -104,7 +105,7 @@ impl PoolSlot {
             self.idle_since_ms = now_ms();
         }
         self.used = used;
-        if let Some(cq) = self.cq.as_ref().and_then(OwnedCq::get) {
+        if let Some(cq) = self.cq.as_ref().and_then(OwnedPooledCq::get) {
             cq.set_used(used);
         }
     }
@@ -220,9 +221,9 @@ impl CqPool {
     ) -> Result<KBox<CqSet>> {
         let mut slots = KVec::with_capacity(vectors as usize, GFP_KERNEL)?;
         for vector in 0..vectors {
-            let cq = CqEngine::new_pooled(dev, cqe, vector, self.ctx, self.moderation, owner)?;
+            let cq = PooledCq::new_pooled(dev, cqe, vector, self.ctx, self.moderation, owner)?;
             // Drivers round the size up, so use what the CQ has.
-            let capacity = cq.get().map_or(0, CqEngine::cqe).max(cqe);
+            let capacity = cq.get().map_or(0, PooledCq::cqe).max(cqe);
             // Within the capacity reserved above: no allocation.
             slots.push(
                 PoolSlot {
@@ -289,7 +290,7 @@ impl CqPool {
         };
         let (Ok(mut at), Ok(mut aged)) = (
             KVec::<usize>::with_capacity(total, GFP_KERNEL),
-            KVec::<OwnedCq>::with_capacity(total, GFP_KERNEL),
+            KVec::<OwnedPooledCq>::with_capacity(total, GFP_KERNEL),
         ) else {
             // No memory for the bookkeeping: try again after another period.
             return (0, Some(policy::AGE_MS));
@@ -340,7 +341,7 @@ impl CqPool {
         };
         // Idle CQs are taken out under the lock into room allocated outside it. Without the
         // room they are simply destroyed later, with the busy ones.
-        let Ok(mut idle) = KVec::<OwnedCq>::with_capacity(total, GFP_KERNEL) else {
+        let Ok(mut idle) = KVec::<OwnedPooledCq>::with_capacity(total, GFP_KERNEL) else {
             return;
         };
         {
@@ -376,7 +377,7 @@ impl CqPool {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         let inner = self.inner.lock();
         for slot in inner.slots() {
-            let Some(e) = slot.cq.as_ref().and_then(OwnedCq::get) else {
+            let Some(e) = slot.cq.as_ref().and_then(OwnedPooledCq::get) else {
                 continue;
             };
             let st = e.snapshot();
@@ -399,7 +400,7 @@ impl CqPool {
 }
 
 /// Where the pools live: their device, the vectors they spread CQs over, and the owner their
-/// CQs carry back (`CqEngine::owner`).
+/// CQs carry back (`PooledCq::owner`).
 #[derive(Clone, Copy)]
 pub(crate) struct Home<'a> {
     pub(crate) dev: &'a Device,
@@ -523,8 +524,7 @@ impl CqPools {
     pub(crate) fn put(&self, cq: CqPtr, nr_cqe: u32) -> bool {
         // A no-op while pending: the first idle CQ sets the time of the pass.
         let queue_aging = || {
-            #[cfg(ibext_kunit)]
-            if crate::tests::hooks::AGING_OFF.load(Ordering::Relaxed) {
+            if seams::aging_off() {
                 return;
             }
             self.aging.queue(policy::AGE_MS as u32);
@@ -534,7 +534,7 @@ impl CqPools {
                 None => continue,
                 Some(Ok(Idle::No)) => return false,
                 Some(Ok(Idle::Yes)) => {
-                    crate::seams::park_point(crate::seams::Point::CqPutIdle, cq.as_raw().cast());
+                    seams::park_point(seams::Point::CqPutIdle, cq.as_raw().cast());
                     return false;
                 }
                 Some(Ok(Idle::Orphan)) => return self.orphans.fetch_sub(1, Ordering::AcqRel) == 1,
@@ -564,7 +564,9 @@ impl CqPools {
     )]
     pub(crate) fn info(&self, cq: CqPtr) -> Option<CqSnapshot> {
         self.with_slot(cq, |s| {
-            s.cq.as_ref().and_then(OwnedCq::get).map(CqEngine::snapshot)
+            s.cq.as_ref()
+                .and_then(OwnedPooledCq::get)
+                .map(PooledCq::snapshot)
         })
         .flatten()
     }
@@ -689,12 +691,9 @@ impl CqPools {
 impl DelayedRun for CqPools {
     /// The aging pass, then the next one queued if a CQ is due later.
     fn run(&self) {
-        #[cfg(ibext_kunit)]
-        let Some(now) = crate::tests::hooks::aging_now(now_ms()) else {
+        let Some(now) = seams::aging_now(now_ms()) else {
             return;
         };
-        #[cfg(not(ibext_kunit))]
-        let now = now_ms();
         if let (_, Some(due)) = self.age(now) {
             self.aging.queue(u32::try_from(due).unwrap_or(u32::MAX));
         }
@@ -731,7 +730,7 @@ fn now_ms() -> u64 {
 
 /// Destroys the given CQs: stops every callback of them together, with one wait of each kind
 /// for all (`quiesce`), then lets the caller drop them (each drop destroys its CQ).
-fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedCq> + Clone) {
+fn destroy_cqs<'a>(cqs: impl Iterator<Item = &'a OwnedPooledCq> + Clone) {
     engine::quiesce(cqs);
 }
 

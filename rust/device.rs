@@ -145,7 +145,7 @@ impl DeviceState {
         }
     }
 
-    /// Returns the identity pooled CQs carry back to their state (`CqEngine::owner`).
+    /// Returns the identity pooled CQs carry back to their state (`PooledCq::owner`).
     pub(crate) fn as_owner(&self) -> *const c_void {
         core::ptr::from_ref(self).cast()
     }

@@ -2,8 +2,8 @@
 
 //! SRQs as ibext makes them: [`RecvSrq`], a shared receive queue with receive buffers that
 //! ibext maps, posts and posts again itself, re-arms its limit, and grows and shrinks under
-//! pressure. The views it works with ([`Pd`], [`Srq`], [`Wc`], [`UlpRecvDone`]) are in
-//! `verbs.rs`.
+//! pressure. The views it works with (`Pd`, `Srq`, `Wc`) are `ib::verbs`'s; when it grows,
+//! shrinks and re-arms is `policy::srq_growth`'s, and this file carries it out.
 //!
 //! About 930 lines: one pinned object, its three C callbacks (receive, event, maintenance
 //! work), its growth steps and its teardown are one lifetime argument, kept in one file.
@@ -11,16 +11,17 @@
 //! # Growth
 //!
 //! The SRQ is made with room for its cap (`SrqAttr::max_wr`) and `nr_bufs` buffers posted. A
-//! limit event queues the maintenance work, which adds a step of buffers ([`Chunk`], one
-//! allocation, published in `chunks`) and re-arms the limit at a quarter of what is now meant to
-//! be posted. Once no limit event has come for an aging period (60 s), the newest step retires:
-//! its buffers are not posted again as they come back from the ULP, and the step is freed when
-//! the last is back (`Chunk::live` reaches zero: the last handler to let go queues the work,
-//! which unpublishes the step, waits for an RCU grace period, and frees it). A retiring step's
+//! limit event queues the maintenance work, which runs the growth policy
+//! (`policy::srq_growth::Growth::run`) with the SRQ as its `Steps`: adding a step of buffers
+//! ([`Step`], one allocation, published in `steps`), retiring the newest step once the
+//! pressure is gone, arming the limit, calling the owner's `pressure`. A retiring step's
+//! buffers are not posted again as they come back from the ULP, and the step is freed when the
+//! last is back (`Step::live` reaches zero: the last handler to let go queues the work, which
+//! unpublishes the step, waits for an RCU grace period, and frees it). A retiring step's
 //! buffers still posted come back only as messages consume them.
 //!
-//! `chunks` is written only by the work, under `phase`; it is read under RCU (finding a kept
-//! buffer, the counts) or by a handler through its own buffer's `chunk`, which the step
+//! `steps` is written only by the work, under `phase`; it is read under RCU (finding a kept
+//! buffer, the counts) or by a handler through its own buffer's `step`, which the step
 //! outlives while the buffer is live.
 //!
 //! # Lifetime of a [`RecvSrq`]
@@ -50,7 +51,7 @@
 //! by ibext's engine: the ULP drains and destroys its QPs first (`ib_drain_qp`, then
 //! `ib_destroy_qp`), as it must for any SRQ, and stops polling a receive CQ of its own.
 //!
-//! Lock order: `Inner::phase` is a leaf, taken in process context only (the maintenance work,
+//! Lock order: `RecvSrqState::phase` is a leaf, taken in process context only (the maintenance work,
 //! drop).
 
 use crate::{
@@ -64,10 +65,10 @@ use crate::{
     engine::queues::wait_for_dispatch,
     ib::{Device, DeviceRef},
     policy::{
-        cq_pool::AGE_MS,
-        srq_pool::{limit_for, next_step, MAX_STEPS},
+        srq_growth::{Growth, Pressure, Steps},
+        srq_pool::MAX_STEPS,
     },
-    seams::fault_point,
+    seams::{self, fault_point},
     stats::{stat_enum, Values},
 };
 
@@ -76,7 +77,7 @@ use core::{
     ffi::c_void,
     marker::PhantomData,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering},
 };
 use kernel::{c_str, error::from_err_ptr, new_mutex, prelude::*, sync::Mutex, types::Opaque};
 
@@ -107,18 +108,6 @@ stat_enum! {
         /// Growth steps retired once the pressure was gone.
         Shrunk => "shrunk",
     }
-}
-
-/// What changed about an SRQ's receives, for [`SrqHandler::pressure`]
-/// (`enum ibext_srq_pressure`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pressure {
-    /// The limit was reached on an SRQ whose receives the owner posts: it may post more.
-    Low,
-    /// ibext posted a step of managed buffers more.
-    Grown,
-    /// The pressure is gone: ibext gives a step of managed buffers back as they return.
-    Shrunk,
 }
 
 /// What [`SrqHandler::recv_done`] does with the buffer (`enum ibext_recv_action`).
@@ -176,9 +165,9 @@ impl RecvData<'_> {
 ///
 /// # Invariants
 ///
-/// `cqe.done` is [`recv_buf_done`] for the `H` of the [`Inner`] that `owner` points to, which
+/// `cqe.done` is [`recv_buf_done`] for the `H` of the [`RecvSrqState`] that `owner` points to, which
 /// holds this buffer; `dma` is 0 or the mapping of `data` (`data.len()` bytes, from the device)
-/// on `dev`, undone by drop; `ptr` is `data`'s address. `chunk` is null for the buffers made
+/// on `dev`, undone by drop; `ptr` is `data`'s address. `step` is null for the buffers made
 /// with the SRQ, or the growth step that holds this buffer, alive while the buffer is live.
 #[repr(C)]
 struct RecvBuf {
@@ -188,7 +177,7 @@ struct RecvBuf {
     dma: u64,
     dev: *mut bindings::ib_device,
     owner: *const c_void,
-    chunk: *const Chunk,
+    step: *const Step,
     /// Kept by the owner's handler, not posted.
     kept: AtomicBool,
 }
@@ -212,9 +201,9 @@ impl Drop for RecvBuf {
 
 impl RecvBuf {
     /// Returns the growth step holding this buffer, if any.
-    fn chunk(&self) -> Option<&Chunk> {
+    fn step(&self) -> Option<&Step> {
         // SAFETY: Null or a step alive while this buffer is live (type invariant).
-        unsafe { self.chunk.as_ref() }
+        unsafe { self.step.as_ref() }
     }
 }
 
@@ -224,16 +213,17 @@ impl RecvBuf {
 ///
 /// `live` counts the buffers not yet given back for good (posted, in a handler, or kept);
 /// once `retiring` is set it only falls, and the step is freed when it reaches zero.
-struct Chunk {
+struct Step {
     bufs: KVVec<RecvBuf>,
     live: AtomicU32,
     retiring: AtomicBool,
 }
 
 /// Where a [`RecvSrq`] is in its teardown.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Live,
+    /// The SRQ is live, with the state of its growth ([`Growth`], the policy the maintenance
+    /// work runs).
+    Live(Growth),
     /// The SRQ is destroyed (after `closing` was set and handlers were waited for).
     Destroyed,
     /// The SRQ could not be destroyed: its buffers are leaked.
@@ -248,25 +238,22 @@ enum Phase {
 ///   event context, until `phase` leaves [`Phase::Live`]; every buffer of `bufs` is mapped.
 /// - After the allocation is initialized only `bufs` (in drop) is written through `&mut`.
 #[pin_data(PinnedDrop)]
-struct Inner<H: SrqHandler> {
+struct RecvSrqState<H: SrqHandler> {
     /// Growth, shrinking, the freeing of retired steps, and the limit's re-arming. Declared
     /// first, and cancelled first by the drop.
     #[pin]
-    maint: DelayedWork<Inner<H>>,
+    maint: DelayedWork<RecvSrqState<H>>,
     handler: H,
     stats: PerCpuCounters<{ SrqStat::COUNT }>,
     lkey: u32,
-    /// The limit armed now (a quarter of [`Inner::target`]).
+    /// The limit armed now, for readers outside the work (written by [`RecvSrqState::arm_limit`]).
     limit: AtomicU32,
+    /// Set by a limit event, taken by the maintenance work.
     limit_hit: AtomicBool,
-    /// When the last limit event came ([`now_ms`]).
-    last_pressure_ms: AtomicU64,
-    /// `SrqAttr::step`, `SrqAttr::max_wr` and `SrqAttr::buf_size`.
-    step: u32,
-    max_wr: u32,
+    /// `SrqAttr::buf_size`.
     buf_size: u32,
     /// Growth steps, published and unpublished by the maintenance work under `phase`.
-    chunks: [AtomicPtr<Chunk>; MAX_STEPS as usize],
+    steps: [AtomicPtr<Step>; MAX_STEPS as usize],
     /// Set (under `phase`) when teardown begins: from then on handlers neither call the owner
     /// nor post, and the maintenance work does nothing.
     closing: AtomicBool,
@@ -286,16 +273,16 @@ struct Inner<H: SrqHandler> {
 // SAFETY: `raw` is an ib_core object usable from any thread; the rest is atomics, per-CPU
 // counters, the mutex, and `bufs` and the steps' buffers, which the CPU reads only inside the
 // handler of a completed (unposted) buffer.
-unsafe impl<H: SrqHandler> Send for Inner<H> {}
+unsafe impl<H: SrqHandler> Send for RecvSrqState<H> {}
 // SAFETY: As for `Send`.
-unsafe impl<H: SrqHandler> Sync for Inner<H> {}
+unsafe impl<H: SrqHandler> Sync for RecvSrqState<H> {}
 
 /// An SRQ with receive buffers that ibext posts and reposts, and a limit it re-arms.
 ///
 /// # Invariants
 ///
 /// `self.0`'s receives have all been posted once (or the value was never returned).
-pub(crate) struct RecvSrq<H: SrqHandler>(Pin<KBox<Inner<H>>>);
+pub(crate) struct RecvSrq<H: SrqHandler>(Pin<KBox<RecvSrqState<H>>>);
 
 impl<H: SrqHandler> RecvSrq<H> {
     /// Makes the SRQ on `pd` with `attr`, maps and posts its buffers, arms the limit.
@@ -310,22 +297,28 @@ impl<H: SrqHandler> RecvSrq<H> {
         let mut bufs: KVVec<RecvBuf> = KVVec::with_capacity(attr.nr_bufs as usize, GFP_KERNEL)?;
         static MAINT: LockClass = LockClass::new();
         let inner = KBox::try_pin_init(
-            try_pin_init!(&this in Inner {
+            try_pin_init!(&this in RecvSrqState {
                 maint <- DelayedWork::new(c_str!("ibext_srq_maint"), &MAINT),
                 handler,
                 stats,
                 lkey: pd.local_dma_lkey(),
                 limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
-                last_pressure_ms: AtomicU64::new(now_ms()),
-                step: attr.step,
-                max_wr: attr.max_wr,
                 buf_size: attr.buf_size,
-                chunks: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
+                steps: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
                 closing: AtomicBool::new(false),
                 waited: AtomicBool::new(false),
                 pressure_task: AtomicUsize::new(0),
-                phase <- new_mutex!(Phase::Live, "RecvSrq::phase"),
+                phase <- new_mutex!(
+                    Phase::Live(Growth::new(
+                        attr.step,
+                        attr.max_wr,
+                        attr.nr_bufs,
+                        attr.limit,
+                        now_ms()
+                    )),
+                    "RecvSrq::phase"
+                ),
                 bufs: {
                     let owner = this.as_ptr().cast_const().cast();
                     fill_bufs::<H>(&mut bufs, dev, attr.nr_bufs, attr.buf_size, owner, core::ptr::null())?;
@@ -396,7 +389,7 @@ impl<H: SrqHandler> RecvSrq<H> {
         let base = (self.0.bufs.len() as u64).saturating_sub(self.stat(SrqStat::RepostFailures));
         let steps = self
             .0
-            .with_chunks(|c| u64::from(c.live.load(Ordering::Acquire)));
+            .with_steps(|c| u64::from(c.live.load(Ordering::Acquire)));
         (base + steps).saturating_sub(self.kept())
     }
 
@@ -422,9 +415,9 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// progress when the clock moved would shrink a second step in the same period.
     #[cfg(ibext_kunit)]
     pub(crate) fn test_maintain_a_period_later(&self) {
-        let phase = self.0.phase.lock();
-        if *phase == Phase::Live {
-            crate::tests::hooks::a_period_later(|| self.0.maintain());
+        let mut phase = self.0.phase.lock();
+        if let Phase::Live(growth) = &mut *phase {
+            crate::tests::hooks::a_period_later(|| self.0.maintain(growth));
         }
         drop(phase);
     }
@@ -463,7 +456,7 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// Returns the bytes of receive buffer memory held, the growth steps' included.
     pub(crate) fn buffer_bytes(&self) -> u64 {
         let bytes = |bufs: &[RecvBuf]| bufs.iter().map(|b| b.data.capacity() as u64).sum::<u64>();
-        bytes(&self.0.bufs) + self.0.with_chunks(|c| bytes(&c.bufs))
+        bytes(&self.0.bufs) + self.0.with_steps(|c| bytes(&c.bufs))
     }
 }
 
@@ -514,16 +507,16 @@ fn current_task() -> usize {
     core::ptr::from_ref(kernel::current!()) as usize
 }
 
-impl<H: SrqHandler> Inner<H> {
+impl<H: SrqHandler> RecvSrqState<H> {
     fn srq(&self) -> &Srq {
         // SAFETY: Live while the `RecvSrq` is (type invariant); `Srq` is transparent.
         unsafe { &*self.raw.as_ptr().cast::<Srq>() }
     }
 
     /// Returns the sum of `f` over the published growth steps, read under RCU.
-    fn with_chunks(&self, f: impl Fn(&Chunk) -> u64) -> u64 {
+    fn with_steps(&self, f: impl Fn(&Step) -> u64) -> u64 {
         let _rcu = RcuGuard::new();
-        self.chunks
+        self.steps
             .iter()
             .map(|c| {
                 // SAFETY: A published step is freed only after it is unpublished and an RCU
@@ -545,10 +538,10 @@ impl<H: SrqHandler> Inner<H> {
             bufs.get(i)
         };
         find(&self.bufs).or_else(|| {
-            self.chunks.iter().find_map(|c| {
-                // SAFETY: As in `with_chunks`; the caller's RCU section outlives `'a`.
-                let chunk = unsafe { c.load(Ordering::Acquire).as_ref() }?;
-                find(&chunk.bufs)
+            self.steps.iter().find_map(|c| {
+                // SAFETY: As in `with_steps`; the caller's RCU section outlives `'a`.
+                let step = unsafe { c.load(Ordering::Acquire).as_ref() }?;
+                find(&step.bufs)
             })
         })
     }
@@ -579,7 +572,7 @@ impl<H: SrqHandler> Inner<H> {
     fn post_again(&self, b: &RecvBuf) -> Result {
         let r = self.post(b);
         if r.is_err() {
-            match b.chunk() {
+            match b.step() {
                 Some(c) => {
                     self.stats.inc(SrqStat::Errors as usize);
                     self.let_go(c);
@@ -593,7 +586,7 @@ impl<H: SrqHandler> Inner<H> {
     /// If `b` belongs to a retiring step, lets it go instead of posting it again, and returns
     /// `true`. Its last access to the step is the count; the work frees the step after.
     fn retire_if_retiring(&self, b: &RecvBuf) -> bool {
-        match b.chunk() {
+        match b.step() {
             Some(c) if c.retiring.load(Ordering::Acquire) => {
                 self.let_go(c);
                 true
@@ -603,7 +596,7 @@ impl<H: SrqHandler> Inner<H> {
     }
 
     /// Counts one buffer of `c` gone for good; the last one has the step freed.
-    fn let_go(&self, c: &Chunk) {
+    fn let_go(&self, c: &Step) {
         if c.live.fetch_sub(1, Ordering::AcqRel) == 1 {
             // `c` is not touched after the count: the work may free it from now on.
             self.kick();
@@ -632,7 +625,7 @@ impl<H: SrqHandler> Inner<H> {
     /// Returns the managed buffers meant to be posted: the SRQ's own and those of the steps not
     /// retiring.
     fn target(&self) -> u32 {
-        let steps = self.with_chunks(|c| {
+        let steps = self.with_steps(|c| {
             if c.retiring.load(Ordering::Acquire) {
                 0
             } else {
@@ -644,7 +637,7 @@ impl<H: SrqHandler> Inner<H> {
 
     /// Returns the managed buffers held in all (the SRQ's own and every published step's).
     fn held(&self) -> u32 {
-        let steps = self.with_chunks(|c| c.bufs.len() as u64);
+        let steps = self.with_steps(|c| c.bufs.len() as u64);
         u32::try_from(self.bufs.len() as u64 + steps).unwrap_or(u32::MAX)
     }
 
@@ -652,41 +645,41 @@ impl<H: SrqHandler> Inner<H> {
     /// the work, under `phase`, with the SRQ live.
     fn grow(&self, n: u32) -> Result {
         let slot = self
-            .chunks
+            .steps
             .iter()
             .find(|c| c.load(Ordering::Relaxed).is_null())
             .ok_or(ENOSPC)?;
-        let mut chunk = KBox::new(
-            Chunk {
+        let mut step = KBox::new(
+            Step {
                 bufs: KVVec::with_capacity(n as usize, GFP_KERNEL)?,
                 live: AtomicU32::new(n),
                 retiring: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?;
-        let at: *const Chunk = &*chunk;
+        let at: *const Step = &*step;
         let owner = core::ptr::from_ref(self).cast();
-        // On error `chunk` is dropped with what was made: nothing was posted.
-        fill_bufs::<H>(&mut chunk.bufs, &self.dev, n, self.buf_size, owner, at)?;
-        let chunk = KBox::into_raw(chunk);
-        slot.store(chunk, Ordering::Release);
+        // On error `step` is dropped with what was made: nothing was posted.
+        fill_bufs::<H>(&mut step.bufs, &self.dev, n, self.buf_size, owner, at)?;
+        let step = KBox::into_raw(step);
+        slot.store(step, Ordering::Release);
         // SAFETY: Just published; only this work (under `phase`) frees steps.
-        for b in unsafe { &*chunk }.bufs.iter() {
+        for b in unsafe { &*step }.bufs.iter() {
             // A failure lets the buffer go: the step then holds fewer live buffers.
             let _ = self.post_again(b);
         }
         Ok(())
     }
 
-    /// Retires the newest step that is not retiring yet; returns its size (0: none).
-    fn shrink(&self) -> u32 {
-        for c in self.chunks.iter().rev() {
+    /// Marks the newest step that is not retiring yet as retiring; returns its size (0: none).
+    fn retire_newest(&self) -> u32 {
+        for c in self.steps.iter().rev() {
             // SAFETY: Only this work (under `phase`) frees steps.
-            let Some(chunk) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
+            let Some(step) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
                 continue;
             };
-            if !chunk.retiring.swap(true, Ordering::AcqRel) {
-                return chunk.bufs.len() as u32;
+            if !step.retiring.swap(true, Ordering::AcqRel) {
+                return step.bufs.len() as u32;
             }
         }
         0
@@ -695,15 +688,15 @@ impl<H: SrqHandler> Inner<H> {
     /// Frees the retiring steps whose buffers are all back. Called by the work, under `phase`,
     /// or by drop once the SRQ is destroyed and handlers waited for (`all`: every step).
     fn free_steps(&self, all: bool) {
-        let mut gone = [core::ptr::null_mut::<Chunk>(); MAX_STEPS as usize];
+        let mut gone = [core::ptr::null_mut::<Step>(); MAX_STEPS as usize];
         let mut any = false;
-        for (c, g) in self.chunks.iter().zip(gone.iter_mut()) {
+        for (c, g) in self.steps.iter().zip(gone.iter_mut()) {
             // SAFETY: Only this work (under `phase`) or drop frees steps.
-            let Some(chunk) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
+            let Some(step) = (unsafe { c.load(Ordering::Acquire).as_ref() }) else {
                 continue;
             };
             let idle =
-                chunk.retiring.load(Ordering::Acquire) && chunk.live.load(Ordering::Acquire) == 0;
+                step.retiring.load(Ordering::Acquire) && step.live.load(Ordering::Acquire) == 0;
             if all || idle {
                 *g = c.swap(core::ptr::null_mut(), Ordering::AcqRel);
                 any = true;
@@ -722,39 +715,27 @@ impl<H: SrqHandler> Inner<H> {
         }
     }
 
-    /// The maintenance work's body, under `phase` with the SRQ live.
-    fn maintain(&self) {
+    /// The maintenance work's body, under `phase` with the SRQ live: frees the retired steps
+    /// whose buffers are all back, then runs the growth policy ([`Growth::run`]) with this SRQ
+    /// as its [`Steps`], and queues the next run it asks for.
+    fn maintain(&self, growth: &mut Growth) {
         self.free_steps(false);
         let now = now_ms();
-        if self.limit_hit.swap(false, Ordering::AcqRel) {
-            self.last_pressure_ms.store(now, Ordering::Release);
-            if self.bufs.is_empty() {
-                // The owner posts the receives: it decides.
-                self.tell(Pressure::Low, self.max_wr);
-            } else if let Some(n) = next_step(self.step, self.max_wr, self.held()) {
-                match self.grow(n) {
-                    Ok(()) => {
-                        self.stats.inc(SrqStat::Grown as usize);
-                        self.tell(Pressure::Grown, self.target());
-                    }
-                    Err(_) => self.stats.inc(SrqStat::Errors as usize),
-                }
+        let hit = self.limit_hit.swap(false, Ordering::AcqRel);
+        let ran = growth.run(&mut StepsOf(self), hit, now, seams::aging_now(now));
+        let count = |yes: bool, s: SrqStat| {
+            if yes {
+                self.stats.inc(s as usize);
             }
-            self.rearm();
-        } else if self.quiet_since(now) >= AGE_MS && self.shrink() > 0 {
-            // One step per quiet period: the next goes only if the quiet lasts another.
-            self.last_pressure_ms.store(now, Ordering::Release);
-            self.stats.inc(SrqStat::Shrunk as usize);
-            self.tell(Pressure::Shrunk, self.target());
-            self.rearm();
-        }
-        // While grown, look again once a quiet period could have passed, on the real clock.
-        if self.target() as usize > self.bufs.len() {
-            let quiet = now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire));
-            let left = AGE_MS.saturating_sub(quiet);
+        };
+        count(ran.grown, SrqStat::Grown);
+        count(ran.shrunk, SrqStat::Shrunk);
+        // Not grown, or not re-armed (no more limit events from this SRQ): visible as errors.
+        count(ran.grow_failed, SrqStat::Errors);
+        count(ran.arm_failed, SrqStat::Errors);
+        if let Some(ms) = ran.again_in_ms {
             // Queues only if not queued already.
-            self.maint
-                .queue(u32::try_from(left.max(1)).unwrap_or(u32::MAX));
+            self.maint.queue(u32::try_from(ms).unwrap_or(u32::MAX));
         }
     }
 
@@ -763,33 +744,6 @@ impl<H: SrqHandler> Inner<H> {
         self.pressure_task.store(current_task(), Ordering::Release);
         self.handler.pressure(self.srq(), what, posted);
         self.pressure_task.store(0, Ordering::Release);
-    }
-
-    /// Returns the milliseconds since the last limit event, on aging's clock (in the KUnit
-    /// flavour, the tests' shifted one; 0 while they hold aging, see `tests::hooks`).
-    fn quiet_since(&self, now: u64) -> u64 {
-        #[cfg(ibext_kunit)]
-        let Some(now) = crate::tests::hooks::aging_now(now) else {
-            return 0;
-        };
-        now.saturating_sub(self.last_pressure_ms.load(Ordering::Acquire))
-    }
-
-    /// Arms the limit again after an event: at a quarter of the managed buffers meant to be
-    /// posted, or where it was for receives the owner posts.
-    fn rearm(&self) {
-        let limit = if self.bufs.is_empty() {
-            self.limit.load(Ordering::Acquire)
-        } else {
-            limit_for(self.target())
-        };
-        if limit == 0 {
-            return;
-        }
-        if self.arm_limit(limit).is_err() {
-            // Not re-armed: no more limit events from this SRQ; visible as an error.
-            self.stats.inc(SrqStat::Errors as usize);
-        }
     }
 
     /// Begins teardown: from now on handlers neither call the owner nor post, and the
@@ -806,7 +760,7 @@ impl<H: SrqHandler> Inner<H> {
     /// Destroys the SRQ if it is still live; returns whether it is destroyed now.
     fn destroy(&self) -> bool {
         let mut phase = self.phase.lock();
-        if *phase == Phase::Live {
+        if matches!(*phase, Phase::Live(_)) {
             // SAFETY: A live SRQ (type invariant); no QP uses it (the owner's contract, and the
             // pool checks `in_use`). It is marked not live under the lock the work takes.
             let r =
@@ -817,12 +771,12 @@ impl<H: SrqHandler> Inner<H> {
                 Phase::Destroyed
             };
         }
-        *phase == Phase::Destroyed
+        matches!(*phase, Phase::Destroyed)
     }
 }
 
 #[pinned_drop]
-impl<H: SrqHandler> PinnedDrop for Inner<H> {
+impl<H: SrqHandler> PinnedDrop for RecvSrqState<H> {
     fn drop(self: Pin<&mut Self>) {
         if self.close() && !self.waited.load(Ordering::Relaxed) {
             // Handlers ibext's engine is running (softirq or workqueue, possibly sleeping)
@@ -837,13 +791,13 @@ impl<H: SrqHandler> PinnedDrop for Inner<H> {
         // closing; disabled, so that nothing queues the work again. Before the steps are freed
         // below, which the work frees too.
         self.maint.disable_sync();
-        if *self.phase.lock() == Phase::Leaked {
+        if matches!(*self.phase.lock(), Phase::Leaked) {
             // SAFETY: Nothing is moved out of the pinned allocation: `bufs` is not structurally
             // pinned, and only its heap storage is given up.
             let this = unsafe { self.get_unchecked_mut() };
             // The device may still write the posted buffers: never unmap or free them.
             core::mem::forget(core::mem::replace(&mut this.bufs, KVVec::new()));
-            for c in this.chunks.iter() {
+            for c in this.steps.iter() {
                 // Leaked with the SRQ, as its own buffers are.
                 c.store(core::ptr::null_mut(), Ordering::Relaxed);
             }
@@ -854,15 +808,45 @@ impl<H: SrqHandler> PinnedDrop for Inner<H> {
     }
 }
 
+/// A [`RecvSrq`]'s growth steps, as the growth policy drives them: the maintenance work's view,
+/// under `phase` with the SRQ live.
+struct StepsOf<'a, H: SrqHandler>(&'a RecvSrqState<H>);
+
+impl<H: SrqHandler> Steps for StepsOf<'_, H> {
+    fn add_step(&mut self, n: u32) -> bool {
+        self.0.grow(n).is_ok()
+    }
+
+    fn retire_newest(&mut self) -> u32 {
+        self.0.retire_newest()
+    }
+
+    fn arm_limit(&mut self, limit: u32) -> bool {
+        self.0.arm_limit(limit).is_ok()
+    }
+
+    fn tell(&mut self, what: Pressure, posted: u32) {
+        self.0.tell(what, posted);
+    }
+
+    fn target(&self) -> u32 {
+        self.0.target()
+    }
+
+    fn held(&self) -> u32 {
+        self.0.held()
+    }
+}
+
 /// Allocates and maps `n` buffers of `buf_size` bytes into `bufs`, whose capacity is reserved;
-/// `owner` is the [`Inner<H>`] they belong to, `chunk` their growth step (null: none).
+/// `owner` is the [`RecvSrqState<H>`] they belong to, `step` their growth step (null: none).
 fn fill_bufs<H: SrqHandler>(
     bufs: &mut KVVec<RecvBuf>,
     dev: &Device,
     n: u32,
     buf_size: u32,
     owner: *const c_void,
-    chunk: *const Chunk,
+    step: *const Step,
 ) -> Result {
     for _ in 0..n {
         fault_point()?;
@@ -879,7 +863,7 @@ fn fill_bufs<H: SrqHandler>(
                 dma: 0,
                 dev: dev.as_raw(),
                 owner,
-                chunk,
+                step,
                 kept: AtomicBool::new(false),
             },
             GFP_KERNEL,
@@ -912,10 +896,10 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
     // SAFETY: `wc` is valid for the call.
     let wc = unsafe { Wc::from_raw(wc) };
     // SAFETY: The `wr_cqe` is the `cqe` (first field, `repr(C)`) of a live `RecvBuf`, whose
-    // owner is the `Inner<H>` holding it (invariant of `RecvBuf`), alive while its SRQ is.
+    // owner is the `RecvSrqState<H>` holding it (invariant of `RecvBuf`), alive while its SRQ is.
     let (b, inner) = unsafe {
         let b = &*wc.wr_cqe().cast::<RecvBuf>();
-        (b, &*b.owner.cast::<Inner<H>>())
+        (b, &*b.owner.cast::<RecvSrqState<H>>())
     };
     crate::seams::park_point(crate::seams::Point::RecvDone, b.owner);
     if inner.closing.load(Ordering::Acquire) {
@@ -963,11 +947,11 @@ unsafe extern "C" fn recv_buf_done<H: SrqHandler>(
 ///
 /// # Safety
 ///
-/// Called by the driver only, for an SRQ made by [`RecvSrq::new`], with its `Inner<H>` as
+/// Called by the driver only, for an SRQ made by [`RecvSrq::new`], with its `RecvSrqState<H>` as
 /// context.
 unsafe extern "C" fn srq_event<H: SrqHandler>(ev: *mut bindings::ib_event, ctx: *mut c_void) {
-    // SAFETY: `ctx` is the `Inner<H>`, which outlives its SRQ; the event is valid for the call.
-    let (inner, ev) = unsafe { (&*ctx.cast::<Inner<H>>(), &*ev) };
+    // SAFETY: `ctx` is the `RecvSrqState<H>`, which outlives its SRQ; the event is valid for the call.
+    let (inner, ev) = unsafe { (&*ctx.cast::<RecvSrqState<H>>(), &*ev) };
     if ev.event == bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED {
         inner.stats.inc(SrqStat::LimitEvents as usize);
         inner.limit_hit.store(true, Ordering::Release);
@@ -978,7 +962,7 @@ unsafe extern "C" fn srq_event<H: SrqHandler>(ev: *mut bindings::ib_event, ctx: 
     }
 }
 
-impl<H: SrqHandler> DelayedRun for Inner<H> {
+impl<H: SrqHandler> DelayedRun for RecvSrqState<H> {
     /// The maintenance work: frees retired steps, grows on a limit event and re-arms the
     /// limit, shrinks once the pressure is gone; nothing once the SRQ is destroyed.
     fn run(&self) {
@@ -986,13 +970,15 @@ impl<H: SrqHandler> DelayedRun for Inner<H> {
             crate::seams::Point::SrqMaintain,
             core::ptr::from_ref(self).cast(),
         );
-        let phase = self.phase.lock();
-        if *phase == Phase::Live && !self.closing.load(Ordering::Acquire) {
-            self.maintain();
+        let mut phase = self.phase.lock();
+        if let Phase::Live(growth) = &mut *phase {
+            if !self.closing.load(Ordering::Acquire) {
+                self.maintain(growth);
+            }
         }
         drop(phase);
     }
 }
 
 // `maint` is declared first, and the drop cancels it before anything `run` reads goes.
-impl_has_delayed_work!(impl<H: SrqHandler> Inner<H>, maint);
+impl_has_delayed_work!(impl<H: SrqHandler> RecvSrqState<H>, maint);

@@ -3,8 +3,9 @@
 //! The seams through which the KUnit flavour's tests reach into the product code, all in this
 //! one file: [`fault_point`] (make a step of building an object fail with `-ENOMEM`),
 //! [`park_point`] and [`reached`] (hold a caller at a named point, or note that it got there,
-//! to force one interleaving of a race), and the softirq repoll watch
-//! ([`softirq_pass_begins`], [`softirq_repoll_asked`]).
+//! to force one interleaving of a race), [`pass_held`] (hold a pooled CQ's passes back so that
+//! completions pile up in it), the softirq repoll watch ([`softirq_pass_begins`],
+//! [`softirq_repoll_asked`]), and aging's clock ([`aging_now`], [`aging_off`]).
 //!
 //! In the KUnit flavour (`--cfg ibext_kunit`) they are `tests::hooks`'s; in the product module
 //! each is an empty `#[inline(always)]` function and [`Point`] an enum nothing matches on, so
@@ -67,3 +68,38 @@ pub(crate) fn softirq_repoll_asked(_obj: *const core::ffi::c_void) {}
 #[cfg(not(ibext_kunit))]
 #[inline(always)]
 pub(crate) fn softirq_pass_begins(_obj: *const core::ffi::c_void) {}
+
+/// Returns the time aging (of idle pooled CQs, of SRQ growth steps) is measured at: `now_ms`,
+/// or in the KUnit flavour the tests' shifted clock, `None` while they hold aging
+/// (`tests::hooks::AGING_SHIFT_MS`).
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::aging_now;
+
+/// Returns the time aging is measured at: `now_ms`, in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn aging_now(now_ms: u64) -> Option<u64> {
+    Some(now_ms)
+}
+
+/// Whether the benchmarks switched aging off (`tests::hooks::AGING_OFF`); never in the
+/// product module.
+#[inline(always)]
+pub(crate) fn aging_off() -> bool {
+    #[cfg(ibext_kunit)]
+    return crate::tests::hooks::AGING_OFF.load(core::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(ibext_kunit))]
+    false
+}
+
+/// Whether a test holds back the passes of the pooled CQ at `obj` (`tests::hooks::HoldPasses`);
+/// a held CQ remembers that a pass was wanted, and the test runs it when it lets go.
+#[cfg(ibext_kunit)]
+pub(crate) use crate::tests::hooks::pass_held;
+
+/// Never, in the product module.
+#[cfg(not(ibext_kunit))]
+#[inline(always)]
+pub(crate) fn pass_held(_obj: *const core::ffi::c_void) -> bool {
+    false
+}

@@ -43,8 +43,9 @@ use crate::{
     device::DeviceState,
     ib::verbs::{Pd, Srq, Wc},
     ledger::{Kind, Token},
+    policy::srq_growth::Pressure,
     policy::srq_pool::{self as policy, Plan},
-    recv_srq::{Pressure, RecvAction, RecvData, RecvSrq, RecvSrqs, SrqAttr, SrqHandler, SrqStat},
+    recv_srq::{RecvAction, RecvData, RecvSrq, RecvSrqs, SrqAttr, SrqHandler, SrqStat},
     seams::fault_point,
 };
 use core::{

@@ -11,7 +11,7 @@ use crate::policy::moderation::{ModState, Moderation, PassEnd};
 use std::collections::VecDeque;
 
 /// One whole pass, as the kernel runs it: [`poll_pass`], then [`end_pass`].
-fn run_pass<C: Cq>(
+fn run_pass<C: PassOps>(
     cq: &mut C,
     mode: Moderation,
     st: &mut ModState,
@@ -85,7 +85,7 @@ impl FakeCq {
     }
 }
 
-impl Cq for FakeCq {
+impl PassOps for FakeCq {
     fn poll(&mut self, max: u32) -> u32 {
         assert!(max <= POLL_BATCH && max > 0, "poll of {max}");
         self.polls.push(max);

@@ -6,6 +6,7 @@ mod cq_pool;
 mod engine;
 mod gid_index;
 mod moderation;
+mod srq_growth;
 mod srq_pool;
 
 /// xorshift64*: deterministic, seedable, no dependencies.

@@ -125,6 +125,8 @@ fn dim_profiles_match_ib_core() {
     ];
     for (i, (usec, comps)) in want.into_iter().enumerate() {
         assert_eq!(profile(i as u8), Profile { usec, comps });
+        // What `modify_cq` takes: (cq_count, cq_period).
+        assert_eq!(comps_usec(i as u8), (comps, usec));
     }
     assert_eq!(
         profile(200),

@@ -2,39 +2,38 @@
 
 //! ibext's completion engine: the budgeted, NAPI-like poll loop behind every pooled CQ.
 //!
-//! The mechanics of a CQ that ibext polls itself (the CQ, irq_poll or a work item on ibext's
-//! completion workqueues, the software-moderation hrtimer, lib/dim's `struct dim`, and the
-//! teardown order) are `ib::cq::PolledCq`; this file is its handler ([`EngineState`]) and has
-//! no `unsafe` code:
+//! The mechanics of a pooled CQ (the CQ, irq_poll or a work item on ibext's completion
+//! workqueues, the software-moderation hrtimer, lib/dim's `struct dim`, and the teardown order)
+//! are [`pooled_cq`]'s; the workqueues, budgets and teardown's waits are [`queues`]'s. This
+//! file is the engine's side of each callback ([`EngineState`]) and has no `unsafe` code:
 //!
 //! - a completion event only counts and schedules a pass (the driver may call it in hard-IRQ
 //!   context, or, for rxe, with the CQ's spinlock held and interrupts off);
 //! - a pass is `policy::engine::poll_pass` then, as its tail, `end_pass`: pure code that the
-//!   host tests drive with a fake CQ; [`Poller`] is its `Cq` for a pooled CQ: `ib_poll_cq` in batches with every completion
-//!   handed to its `wr_cqe->done`, up to the context's budget; a re-arm with
-//!   `IB_CQ_REPORT_MISSED_EVENTS` (another pass if completions were missed: the race-free loop
-//!   from the IB/srp thread); staying in polling mode without re-arming after a pass that used
-//!   its whole budget;
+//!   host tests drive with a fake CQ, and that drives a pooled CQ through
+//!   `pooled_cq::PassCtl` (`ib_poll_cq` in batches with every completion handed to its
+//!   `wr_cqe->done`, up to the context's budget; a re-arm with `IB_CQ_REPORT_MISSED_EVENTS`,
+//!   another pass if completions were missed: the race-free loop from the IB/srp thread;
+//!   staying in polling mode without re-arming after a pass that used its whole budget);
 //! - moderation (`policy::moderation`): with DIM, every pass feeds `rdma_dim()` one sample; a new
 //!   profile goes to the device's `modify_cq` where it has one, and otherwise is applied in
 //!   software by deferring the next pass with the hrtimer instead of re-arming. The adaptive
 //!   mode switches between interrupt mode and polling mode.
 
-pub(crate) mod polled_cq;
+pub(crate) mod pooled_cq;
 pub(crate) mod queues;
 
 use crate::{
-    engine::polled_cq::{Handler, OwnedPolledCq, PassCtl, PolledCq},
+    engine::pooled_cq::{Handler, PassCtl},
     ib::{dim, Device},
     ledger::{Kind, Token},
     policy::{
         engine::{self, PassStats},
         moderation::{self, ModState, Moderation, PassEnd},
     },
+    seams,
     stats::{stat_enum, Counters, Values},
 };
-#[cfg(ibext_kunit)]
-use core::sync::atomic::AtomicU8;
 use core::{
     ffi::c_void,
     sync::atomic::{AtomicBool, AtomicU64, Ordering},
@@ -47,25 +46,16 @@ pub(crate) use crate::engine::queues::wait_for_handlers;
 pub(crate) use crate::engine::queues::BUDGET_SOFTIRQ;
 pub(crate) use crate::ib::cq::PollCtx;
 
-/// A pooled CQ: the polled CQ with the engine as its handler.
-pub(crate) type CqEngine = PolledCq<EngineState>;
-/// An owned pooled CQ; dropping it stops the engine and destroys the CQ.
-pub(crate) type OwnedCq = OwnedPolledCq<EngineState>;
+/// A CQ of ibext's pools: the polled CQ with the engine as its handler.
+pub(crate) type PooledCq = pooled_cq::Cq<EngineState>;
+/// An owned pooled CQ; dropping it stops its callbacks and destroys the CQ.
+pub(crate) type OwnedPooledCq = pooled_cq::Owned<EngineState>;
 
 /// Stops every callback of the given pooled CQs before they are dropped, with one wait of each
-/// kind for all of them (`ib::polled_cq::quiesce`).
-pub(crate) fn quiesce<'a>(cqs: impl Iterator<Item = &'a OwnedCq> + Clone) {
-    polled_cq::quiesce(cqs);
+/// kind for all of them (`ib::pooled_cq::quiesce`).
+pub(crate) fn quiesce<'a>(cqs: impl Iterator<Item = &'a OwnedPooledCq> + Clone) {
+    pooled_cq::quiesce(cqs);
 }
-
-/// The tests' gate on a CQ's passes (see `CqEngine::test_hold`): open, held, held with a pass
-/// wanted.
-#[cfg(ibext_kunit)]
-const GATE_OPEN: u8 = 0;
-#[cfg(ibext_kunit)]
-const GATE_HELD: u8 = 1;
-#[cfg(ibext_kunit)]
-const GATE_PENDING: u8 = 2;
 
 /// Owns ibext's completion workqueues; made before the client registers, dropped after it
 /// unregisters (so after every pooled CQ is gone).
@@ -173,7 +163,7 @@ impl CqSnapshot {
 ///
 /// # Invariants
 ///
-/// `owner` is the address given to [`CqEngine::new_pooled`]; the engine never dereferences it.
+/// `owner` is the address given to [`PooledCq::new_pooled`]; the engine never dereferences it.
 pub(crate) struct EngineState {
     moderation: Moderation,
     /// The device applies DIM profiles itself: it has `modify_cq`, and took the last profile.
@@ -184,42 +174,39 @@ pub(crate) struct EngineState {
     /// When the moderation timer was started (ns, monotonic clock).
     timer_started: AtomicU64,
     stats: CqStats,
-    /// The tests' gate (`GATE_*`); only in the KUnit flavour.
-    #[cfg(ibext_kunit)]
-    gate: AtomicU8,
     _token: Token,
 }
 
+/// The engine's side of each of a pooled CQ's callbacks, called by `pooled_cq.rs` from the one
+/// context each runs in (see that file's comment).
 impl Handler for EngineState {
     type PollerState = ModState;
     type Tail = Option<PassEnd>;
 
     fn pass(
-        cq: &CqEngine,
+        cq: &PooledCq,
         ctl: &mut PassCtl<'_, Self>,
         st: &mut ModState,
         budget: u32,
     ) -> (u32, Option<PassEnd>) {
         let e = cq.handler();
-        let mut poller = Poller { cq, ctl };
         let mut stats = PassStats::default();
-        let report = engine::poll_pass(&mut poller, e.moderation, st, budget, &mut stats);
+        let report = engine::poll_pass(ctl, e.moderation, st, budget, &mut stats);
         add_pass(&e.stats, &stats);
         (report.completed, report.end)
     }
 
-    fn tail(cq: &CqEngine, ctl: &mut PassCtl<'_, Self>, end: Option<PassEnd>) {
-        let mut poller = Poller { cq, ctl };
-        // The tail's own count (missed completions) is kept by `Poller::rearm`.
-        engine::end_pass(&mut poller, end, &mut PassStats::default());
+    fn tail(ctl: &mut PassCtl<'_, Self>, end: Option<PassEnd>) {
+        // The tail's own count (missed completions) is kept by `missed_at_rearm`.
+        engine::end_pass(ctl, end, &mut PassStats::default());
     }
 
-    fn event(cq: &CqEngine) {
+    fn event(cq: &PooledCq) {
         cq.handler().stats.add(CqStat::Events, 1);
         cq.schedule_pass();
     }
 
-    fn timer(cq: &CqEngine) {
+    fn timer(cq: &PooledCq) {
         let e = cq.handler();
         e.stats.add(CqStat::DeferredPolls, 1);
         let now = Ktime::ktime_get().to_ns() as u64;
@@ -228,7 +215,7 @@ impl Handler for EngineState {
         cq.schedule_pass();
     }
 
-    fn dim_work(cq: &CqEngine) {
+    fn dim_work(cq: &PooledCq) {
         let e = cq.handler();
         let (ix, applied) = cq.apply_profile(moderation::comps_usec);
         // What the device took decides what the poller does: re-arm (the device moderates) or
@@ -244,7 +231,7 @@ impl Handler for EngineState {
         e.stats.max(CqStat::ProfileMax, u64::from(ix));
     }
 
-    fn async_event(cq: &CqEngine, event: u32) {
+    fn async_event(cq: &PooledCq, event: u32) {
         pr_warn!(
             "pooled CQ (vector {}, {}) got async event {}\n",
             cq.vector(),
@@ -252,11 +239,28 @@ impl Handler for EngineState {
             event
         );
     }
+
+    fn schedule(cq: &PooledCq) {
+        cq.schedule_pass();
+    }
+
+    fn defer(cq: &PooledCq, usec: u16) {
+        cq.defer(usec);
+    }
+
+    fn missed_at_rearm(cq: &PooledCq) {
+        // In the pass's tail: counted atomically (see `add_pass`).
+        cq.handler().stats.add(CqStat::MissedAtRearm, 1);
+    }
+
+    fn hw_moderation(cq: &PooledCq) -> bool {
+        cq.handler().hw_moderation.load(Ordering::Acquire)
+    }
 }
 
-impl CqEngine {
+impl PooledCq {
     /// Makes a CQ of at least `nr_cqe` entries on `vector`, polled in `ctx` and moderated by
-    /// `moderation`, with its engine; `owner` is carried back by [`CqEngine::owner`].
+    /// `moderation`, with its engine; `owner` is carried back by [`PooledCq::owner`].
     pub(crate) fn new_pooled(
         dev: &Device,
         nr_cqe: u32,
@@ -264,21 +268,19 @@ impl CqEngine {
         ctx: PollCtx,
         moderation: Moderation,
         owner: *const c_void,
-    ) -> Result<OwnedCq> {
+    ) -> Result<OwnedPooledCq> {
         let state = EngineState {
             moderation,
             hw_moderation: AtomicBool::new(dev.has_modify_cq()),
             owner: owner as usize,
             timer_started: AtomicU64::new(0),
             stats: CqStats::new(),
-            #[cfg(ibext_kunit)]
-            gate: AtomicU8::new(GATE_OPEN),
             _token: Token::new(Kind::PooledCq),
         };
-        PolledCq::create(dev, nr_cqe, vector, ctx, state)
+        pooled_cq::Cq::create(dev, nr_cqe, vector, ctx, state)
     }
 
-    /// Returns the owner given to [`CqEngine::new_pooled`].
+    /// Returns the owner given to [`PooledCq::new_pooled`].
     pub(crate) fn owner(&self) -> *const c_void {
         self.handler().owner as *const c_void
     }
@@ -298,10 +300,9 @@ impl CqEngine {
         }
     }
 
-    /// Schedules a pass, unless the tests' gate holds passes back.
+    /// Schedules a pass, unless a test holds this CQ's passes back (`seams::pass_held`).
     fn schedule_pass(&self) {
-        #[cfg(ibext_kunit)]
-        if self.test_gate_closed() {
+        if seams::pass_held(self.raw().cast()) {
             return;
         }
         self.schedule();
@@ -316,113 +317,5 @@ impl CqEngine {
         e.timer_started
             .store(Ktime::ktime_get().to_ns() as u64, Ordering::Release);
         self.defer_us(usec.into());
-    }
-
-    /// Test gate: returns whether the gate is closed, remembering that a pass was wanted.
-    #[cfg(ibext_kunit)]
-    fn test_gate_closed(&self) -> bool {
-        let gate = &self.handler().gate;
-        // A load first: the benchmarks run in this flavour, and an open gate must not cost a
-        // locked read-modify-write per event.
-        if gate.load(Ordering::Acquire) == GATE_OPEN {
-            return false;
-        }
-        match gate.compare_exchange(GATE_HELD, GATE_PENDING, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => true,
-            Err(g) => g == GATE_PENDING,
-        }
-    }
-
-    /// Tests only: no poll pass starts from now on (events, missed events at re-arm, polling
-    /// mode and the moderation timer all go through `schedule`), so completions accumulate in
-    /// the CQ until [`CqEngine::test_release`]. A pass already running finishes.
-    #[cfg(ibext_kunit)]
-    pub(crate) fn test_hold(&self) {
-        self.handler().gate.store(GATE_HELD, Ordering::Release);
-    }
-
-    /// Tests only: opens the gate, and runs the pass that was wanted while it was closed.
-    #[cfg(ibext_kunit)]
-    pub(crate) fn test_release(&self) {
-        if self.handler().gate.swap(GATE_OPEN, Ordering::AcqRel) == GATE_PENDING {
-            self.schedule();
-        }
-    }
-}
-
-/// A pass's view of its pooled CQ, for `policy::engine::poll_pass` and `end_pass`.
-struct Poller<'a, 'b> {
-    cq: &'a CqEngine,
-    ctl: &'a mut PassCtl<'b, EngineState>,
-}
-
-impl engine::Cq for Poller<'_, '_> {
-    #[inline(always)]
-    fn poll(&mut self, max: u32) -> u32 {
-        self.ctl.poll(max)
-    }
-
-    fn rearm(&mut self) -> bool {
-        let missed = self.ctl.rearm();
-        if missed {
-            // In the pass's tail: counted atomically (see `add_pass`).
-            self.cq.handler().stats.add(CqStat::MissedAtRearm, 1);
-        }
-        missed
-    }
-
-    fn schedule(&mut self) {
-        self.cq.schedule_pass();
-    }
-
-    fn defer(&mut self, usec: u16) {
-        self.cq.defer(usec);
-    }
-
-    fn dim_sample(&mut self, completed: u32) {
-        self.ctl.dim_sample(completed);
-    }
-
-    fn profile_ix(&self) -> u8 {
-        self.cq.profile_ix()
-    }
-
-    fn hw_moderation(&self) -> bool {
-        self.cq.handler().hw_moderation.load(Ordering::Acquire)
-    }
-
-    fn leave_poll_list(&mut self) {
-        self.ctl.leave_poll_list();
-    }
-
-    fn keep_polling(&mut self) {
-        // irq_poll keeps a poll function that used its budget on its list; a work item
-        // requeues itself without re-arming.
-        if self.ctl.in_irq_poll() {
-            self.ctl.stay_on_poll_list();
-        } else {
-            self.cq.schedule_pass();
-        }
-    }
-
-    fn repoll(&mut self) {
-        if self.ctl.in_irq_poll() {
-            // NAPI's yield: the pass reports its whole budget to irq_poll, which keeps the CQ
-            // on its list and ends its run (`irq_poll_softirq`: the budget is spent); the
-            // softirq core restarts it a few times, then leaves the rest to `ksoftirqd`, which
-            // shares the CPU with the device's completion producers (rxe's `rxe_wq` workers).
-            // Leaving the list and scheduling again instead ran the next pass in the same run
-            // (139 of 141 repolls in `ibext_yield`), for as long as each pass found a completion
-            // and the jiffy lasted.
-            self.ctl.stay_on_poll_list();
-        } else {
-            // A work item requeues itself. It runs at `WQ_HIGHPRI`, but it polls only what the
-            // producers (unbound `rxe_wq` workers) post: a producer kept off the CPU posts
-            // nothing, the next pass finds the CQ empty and polling mode ends. Deferring these
-            // passes on the timer instead made `ibext_yield`'s oversubscribed run slower, not
-            // safer (1341 against 617 ms), so they are not deferred.
-            self.ctl.leave_poll_list();
-            self.cq.schedule_pass();
-        }
     }
 }

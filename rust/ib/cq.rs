@@ -2,7 +2,7 @@
 
 //! CQs as ibext sees them: the poll contexts, a CQ's address as a handle ([`CqPtr`]), and
 //! [`UlpCq`], the view of a CQ a ULP made and polls itself. A CQ that ibext polls itself is
-//! `engine::polled_cq::PolledCq`.
+//! `engine::pooled_cq::PooledCq`.
 
 use crate::{bindings, ib::Device};
 use kernel::{prelude::*, types::Opaque};
@@ -56,7 +56,7 @@ impl PollCtx {
 }
 
 /// The address of a CQ, as a handle: compared, stored and handed to C; dereferenced only by the
-/// owner of the CQ it names (`engine::polled_cq`, `legacy_dim` through [`UlpCq`]).
+/// owner of the CQ it names (`engine::pooled_cq`, `legacy_dim` through [`UlpCq`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(transparent)]
 pub(crate) struct CqPtr(core::ptr::NonNull<bindings::ib_cq>);

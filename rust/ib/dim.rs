@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PolledCq`) and legacy ULPs'
+//! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PooledCq`) and legacy ULPs'
 //! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
 //! [`Attached`], a DIM hung off a ULP's own CQ.
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The completion engine's poll pass, as pure code over [`Cq`].
+//! The completion engine's poll pass, as pure code over [`PassOps`].
 //!
-//! `rust/cq_engine.rs` implements [`Cq`] for a pooled CQ (ib_core's `ib_poll_cq`, the CQ's
+//! `rust/engine/pooled_cq.rs` implements [`PassOps`] for a pooled CQ's pass (ib_core's `ib_poll_cq`, the CQ's
 //! `wr_cqe->done` callbacks, `ib_req_notify_cq`, irq_poll or ibext's workqueues, an hrtimer and
 //! lib/dim); the host tests implement it for a fake CQ. What a pass does, and in which order, is
 //! decided here only:
@@ -12,7 +12,7 @@
 //! 2. with moderation, feed DIM one sample for the pass (as upstream's `ib_poll_handler`);
 //! 3. let [`end_of_pass`] decide what follows: nothing (the budget was used: stay in polling
 //!    mode, without re-arming); another pass without re-arming, after the poller has yielded
-//!    ([`Cq::repoll`]); or, after leaving the poll list, a re-arm with
+//!    ([`PassOps::repoll`]); or, after leaving the poll list, a re-arm with
 //!    `IB_CQ_REPORT_MISSED_EVENTS` that schedules another pass if completions were missed (the
 //!    race-free loop from the IB/srp thread), or a deferred pass.
 //!
@@ -42,12 +42,12 @@ pub(crate) const POLL_BATCH: u32 = 64;
 /// 1.25 times upstream's events per I/O in two runs; with a batch of 16, 0.94.
 pub(crate) const POLL_AGAIN_AT: u32 = 16;
 
-/// What the engine asks of a CQ and its poll context.
+/// What a pass asks of its CQ and the CQ's poll context.
 ///
 /// Every method is called by the CQ's poller only: those [`poll_pass`] calls one pass at a
 /// time, those [`end_pass`] calls (`leave_poll_list`, `rearm`, `schedule`, `defer`,
 /// `keep_polling`, `repoll`) possibly beside the next pass.
-pub(crate) trait Cq {
+pub(crate) trait PassOps {
     /// Polls at most `max` (at most [`POLL_BATCH`]) completions and hands each to its
     /// consumer; returns how many.
     fn poll(&mut self, max: u32) -> u32;
@@ -109,7 +109,7 @@ pub(crate) struct PassReport {
 /// step 3): it polls, feeds DIM and moves the moderation state. Everything it writes is written
 /// when it returns, before [`end_pass`] leaves the poll list: from then on, an event on another
 /// CPU may start the next pass there (irq_poll) while this one is still ending.
-pub(crate) fn poll_pass<C: Cq>(
+pub(crate) fn poll_pass<C: PassOps>(
     cq: &mut C,
     mode: Moderation,
     st: &mut ModState,
@@ -160,7 +160,7 @@ pub(crate) fn poll_pass<C: Cq>(
 /// used: stay in polling mode), another pass after yielding, or leave the poll list and then
 /// re-arm (scheduling a pass for missed completions) or defer. After leaving the list it
 /// touches no state of the poller's: another pass may already be running.
-pub(crate) fn end_pass<C: Cq>(cq: &mut C, end: Option<PassEnd>, stats: &mut PassStats) {
+pub(crate) fn end_pass<C: PassOps>(cq: &mut C, end: Option<PassEnd>, stats: &mut PassStats) {
     match end {
         None => cq.keep_polling(),
         Some(PassEnd::Poll) => cq.repoll(),

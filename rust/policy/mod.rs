@@ -10,4 +10,5 @@ pub(crate) mod cq_pool;
 pub(crate) mod engine;
 pub(crate) mod gid_index;
 pub(crate) mod moderation;
+pub(crate) mod srq_growth;
 pub(crate) mod srq_pool;

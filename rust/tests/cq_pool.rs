@@ -2,13 +2,13 @@
 
 //! `ibext_cq_pool`: shared CQ pools on rxe0 with real loopback traffic.
 
-use crate::tests::guest::cqp;
-use crate::tests::{
+use crate::tests::fixtures::guest::cqp;
+use crate::tests::fixtures::{
     guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef, XorShift},
     traffic::Loopback,
 };
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     backport::bug::expect_warnings,
     bindings,
     capi::{ibext_cq_pool_get, ibext_cq_pool_put},
@@ -77,8 +77,8 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     let mut cqs = KVec::new();
     let mut raw = KVec::new();
     for i in 0..QPS {
-        let s = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
-        let r = PooledCq::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
+        let s = CqEntries::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
+        let r = CqEntries::get(dev.device(), DEPTH as u32, i as i32, ctx, Moderation::Dim)?;
         raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
         cqs.push((s, r), GFP_KERNEL)?;
     }
@@ -86,7 +86,8 @@ fn traffic_in(ctx: PollCtx) -> TestResult {
     let nr = state.cq_pools().nr_cqs(ctx);
     // `checked_rem`: `%` would carry a divide-by-zero panic (objtool flagged its call).
     kassert_eq!(nr.checked_rem(state.comp_vectors() as usize), Some(0));
-    let distinct = crate::tests::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
+    let distinct =
+        crate::tests::fixtures::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     kassert!(
         distinct.len() <= state.comp_vectors() as usize,
         "{} CQs for 8 QPs",
@@ -137,7 +138,7 @@ fn default_moderation_follows_use_cq_dim() -> TestResult {
             cq
         );
         // SAFETY: A live CQ on which the test holds 4 entries until the put below.
-        let m = unsafe { crate::engine::CqEngine::of_cq(cq) }.map(|e| e.moderation());
+        let m = unsafe { crate::engine::PooledCq::of_cq(cq) }.map(|e| e.moderation());
         // SAFETY: The entries taken above.
         unsafe { ibext_cq_pool_put(cq, 4) };
         m.ok_or(Failed)
@@ -162,17 +163,17 @@ fn vectors_follow_hints() -> TestResult {
     let n = state.comp_vectors();
     kassert!(n >= 1);
     for hint in 0..(2 * n as i32 + 1) {
-        let cq = PooledCq::get(dev.device(), 4, hint, PollCtx::Softirq, Moderation::Dim)?;
+        let cq = CqEntries::get(dev.device(), 4, hint, PollCtx::Softirq, Moderation::Dim)?;
         // SAFETY: The CQ is alive while `cq` holds entries on it.
         let v = unsafe { (*cq.as_raw()).comp_vector };
         kassert_eq!(v, hint as u32 % n);
         kassert_eq!(cq.nr_cqe(), 4);
     }
-    let first = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
+    let first = CqEntries::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
     // SAFETY: As above.
     let v0 = unsafe { (*first.as_raw()).comp_vector };
     for k in 1..(2 * n) {
-        let cq = PooledCq::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
+        let cq = CqEntries::get(dev.device(), 4, -1, PollCtx::Softirq, Moderation::Dim)?;
         // SAFETY: As above.
         let v = unsafe { (*cq.as_raw()).comp_vector };
         kassert_eq!(v, (v0 + k) % n);
@@ -185,13 +186,13 @@ fn vectors_follow_hints() -> TestResult {
 fn least_used_not_first_fit() -> TestResult {
     let (dev, state) = rxe0()?;
     let v = state.comp_vectors() as i32 - 1;
-    let probe = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
+    let probe = CqEntries::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
     // SAFETY: The CQ is alive while `probe` holds entries on it.
     let cap = unsafe { (*probe.as_raw()).cqe } as u32;
     drop(probe);
     // `a` fills the oldest CQ on `v` to all but 10 entries (pools may hold several sets by now,
     // all empty: the oldest is chosen on the tie).
-    let a = PooledCq::get(
+    let a = CqEntries::get(
         dev.device(),
         cap - 10,
         v,
@@ -199,12 +200,12 @@ fn least_used_not_first_fit() -> TestResult {
         Moderation::Dim,
     )?;
     // `b` does not fit there: it lands on another CQ on `v`, made if need be.
-    let b = PooledCq::get(dev.device(), 100, v, PollCtx::Workqueue, Moderation::Dim)?;
+    let b = CqEntries::get(dev.device(), 100, v, PollCtx::Workqueue, Moderation::Dim)?;
     kassert!(a.as_raw() != b.as_raw());
     let b_cq = b.as_raw();
     drop(b);
     // Now: a's CQ has cap - 10 in use, b's CQ 0. A request of 1 fits both.
-    let c = PooledCq::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
+    let c = CqEntries::get(dev.device(), 1, v, PollCtx::Workqueue, Moderation::Dim)?;
     kassert!(
         c.as_raw() != a.as_raw(),
         "took the fuller, older CQ (first-fit)"
@@ -229,12 +230,12 @@ fn concurrent_get_put() -> TestResult {
         let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
             let mut rng = XorShift::new(0x9e37_79b9u32.wrapping_mul(w + 1));
             let mut rnd = move || rng.next();
-            let mut held: KVec<PooledCq> = KVec::new();
+            let mut held: KVec<CqEntries> = KVec::new();
             for _ in 0..ITERS {
                 if held.len() < 8 && rnd() % 3 != 0 {
                     let ctx = PollCtx::ALL[(rnd() % 3) as usize];
                     let hint = (rnd() % 9) as i32 - 1;
-                    match PooledCq::get(state.device(), 1 + rnd() % 64, hint, ctx, Moderation::Dim)
+                    match CqEntries::get(state.device(), 1 + rnd() % 64, hint, ctx, Moderation::Dim)
                     {
                         Ok(cq) => {
                             if held.push(cq, GFP_KERNEL).is_err() {
@@ -280,7 +281,7 @@ fn concurrent_get_put() -> TestResult {
 /// Putting back what was not taken is a caller bug: one warning, no change.
 fn misuse_warns_and_changes_nothing() -> TestResult {
     let (dev, state) = rxe0()?;
-    let cq = PooledCq::get(dev.device(), 8, 0, PollCtx::Softirq, Moderation::Dim)?;
+    let cq = CqEntries::get(dev.device(), 8, 0, PollCtx::Softirq, Moderation::Dim)?;
     let raw = cq.as_raw();
     let put = |cq: *mut bindings::ib_cq, nr: u32| {
         expect_warnings(|| {
@@ -324,7 +325,7 @@ fn misuse_warns_and_changes_nothing() -> TestResult {
 /// every completion afterwards.
 fn ib_free_cq_on_a_pooled_cq_is_refused() -> TestResult {
     let (dev, state) = rxe0()?;
-    let cq = PooledCq::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::None)?;
+    let cq = CqEntries::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::None)?;
     let raw = cq.as_raw();
     expect_kernel_warning("ib_free_cq() on a pooled CQ", || {
         // SAFETY: `raw` is live; ib_core refuses to free it (`cqe_used` is 16), which is what
@@ -355,8 +356,8 @@ fn link_delete_after_puts() -> TestResult {
 fn link_delete_after_puts_checks() -> TestResult {
     {
         let (dev, _state) = rxe0()?;
-        let a = PooledCq::get(dev.device(), 32, 1, PollCtx::Softirq, Moderation::Dim)?;
-        let b = PooledCq::get(
+        let a = CqEntries::get(dev.device(), 32, 1, PollCtx::Softirq, Moderation::Dim)?;
+        let b = CqEntries::get(
             dev.device(),
             32,
             2,

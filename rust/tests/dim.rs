@@ -10,14 +10,15 @@
 //! the held-poller fixtures here.
 
 use crate::engine::CqStat;
-use crate::tests::guest::cqp;
-use crate::tests::{guest::DeviceRef, traffic::Loopback};
+use crate::tests::fixtures::guest::cqp;
+use crate::tests::fixtures::{guest::DeviceRef, traffic::Loopback};
+use crate::tests::hooks::HoldPasses;
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     backport::bug::expect_warnings,
     bindings,
     capi::{ibext_dim_attach, ibext_dim_detach, ibext_dim_profile, ibext_dim_sample},
-    engine::{CqEngine, PollCtx},
+    engine::{PollCtx, PooledCq},
     ib::cq::UlpCq,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
@@ -38,14 +39,14 @@ fn cq_pairs(
     ctx: impl Fn(usize) -> PollCtx,
     mode: Moderation,
 ) -> Result<(
-    KVec<(PooledCq, PooledCq)>,
+    KVec<(CqEntries, CqEntries)>,
     KVec<(*mut bindings::ib_cq, *mut bindings::ib_cq)>,
 )> {
     let mut cqs = KVec::with_capacity(qps, GFP_KERNEL)?;
     let mut raw = KVec::with_capacity(qps, GFP_KERNEL)?;
     for i in 0..qps {
-        let s = PooledCq::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
-        let r = PooledCq::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
+        let s = CqEntries::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
+        let r = CqEntries::get(dev.device(), depth as u32, i as i32, ctx(i), mode)?;
         raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
         cqs.push((s, r), GFP_KERNEL)?;
     }
@@ -65,14 +66,15 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     const ROUNDS: u32 = 12;
     let threshold = (crate::engine::BUDGET_SOFTIRQ
         / crate::policy::moderation::ADAPTIVE_POLL_BUDGET_DIV) as i32;
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     let state = crate::device::device_state(dev.device()).ok_or(Failed)?;
     let (_cqs, raw) = cq_pairs(&dev, QPS, DEPTH, |_| PollCtx::Softirq, Moderation::Adaptive)?;
-    let distinct = crate::tests::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
+    let distinct =
+        crate::tests::fixtures::guest::distinct_cqs(raw.iter().flat_map(|&(s, r)| [s, r]))?;
     let engines = || {
         distinct.iter().filter_map(|&cq| {
             // SAFETY: The CQs are pooled and held by `_cqs` for the whole test.
-            unsafe { CqEngine::of_cq(cq) }
+            unsafe { PooledCq::of_cq(cq) }
         })
     };
     kassert_eq!(engines().count(), distinct.len());
@@ -92,7 +94,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
     for round in 0..ROUNDS {
         // Every CQ back in interrupt mode (an even number of switches: the empty pass that ends
         // polling mode has run and re-armed), so no pass is running or due when the gate closes.
-        let idle = crate::tests::guest::wait_for(20_000, || {
+        let idle = crate::tests::fixtures::guest::wait_for(20_000, || {
             distinct
                 .iter()
                 .filter_map(|&cq| cqp(cq).and_then(|c| state.cq_pools().info(c)))
@@ -119,7 +121,7 @@ fn adaptive_switches_lose_nothing() -> TestResult {
                     held = false;
                 }
             }
-            crate::tests::guest::msleep(1);
+            crate::tests::fixtures::guest::msleep(1);
             waited += 1;
         });
         kassert!(res.is_ok(), "round {}: {:?}", round, res);
@@ -204,16 +206,16 @@ impl Drop for ModifyCqSwap {
 /// which then defers polls. rxe has no `modify_cq`, so the test gives rxe0 a recording one, and
 /// forces lib/dim's decisions (as `rdma_dim()` makes them) so that every profile is applied.
 fn modify_cq_reaches_the_device() -> TestResult {
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     kassert!(
         !dev.device().has_modify_cq(),
         "rxe0 has a modify_cq of its own"
     );
     let state = crate::device::device_state(dev.device()).ok_or(Failed)?;
-    let cq = PooledCq::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::Dim)?;
+    let cq = CqEntries::get(dev.device(), 16, 0, PollCtx::Softirq, Moderation::Dim)?;
     let raw = cq.as_raw();
     // SAFETY: Pooled, with entries held by `cq` for the whole test.
-    let engine = unsafe { CqEngine::of_cq(raw) }.ok_or(Failed)?;
+    let engine = unsafe { PooledCq::of_cq(raw) }.ok_or(Failed)?;
     let info = || {
         cqp(raw)
             .and_then(|c| state.cq_pools().info(c))
@@ -290,8 +292,9 @@ fn modify_cq_reaches_the_device() -> TestResult {
         kassert!(res.is_ok(), "round {}: {:?}", round, res);
     }
     drop(lb);
-    let did =
-        crate::tests::guest::wait_for(20_000, || info().get(CqStat::DeferredPolls) > deferred);
+    let did = crate::tests::fixtures::guest::wait_for(20_000, || {
+        info().get(CqStat::DeferredPolls) > deferred
+    });
     kassert!(did, "no deferred poll after the device refused");
     // The original op (none) is back: the next profile is applied in software.
     let calls = REC_CALLS.load(Ordering::Acquire);
@@ -402,7 +405,7 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
     bad_input_ok("dim_sample.null");
     kassert_eq!(expect_warnings(|| detach(null)), 1);
     bad_input_ok("dim_detach.null");
-    let pooled = PooledCq::get(dev.device(), 4, 0, PollCtx::Softirq, Moderation::Dim)?;
+    let pooled = CqEntries::get(dev.device(), 4, 0, PollCtx::Softirq, Moderation::Dim)?;
     kassert_eq!(attach(pooled.as_raw()), einval);
     bad_input_ok("dim_attach.pooled");
     kassert_eq!(ledger::counts(Kind::LegacyDim).live(), live);
@@ -494,13 +497,6 @@ fn legacy_ulp_traffic() -> TestResult {
     })
 }
 
-/// A raw CQ pointer that may cross to a worker; each test below says who may use it when.
-#[derive(Clone, Copy)]
-struct CqPtr(*mut bindings::ib_cq);
-
-// SAFETY: Only an address; the tests below hand it to workers under the legacy API's contract.
-unsafe impl Send for CqPtr {}
-
 /// Makes a legacy ULP's CQ on `dev` (as [`with_legacy_cq`] does), or null.
 fn create_legacy_cq(dev: &crate::ib::Device) -> *mut bindings::ib_cq {
     let attr = bindings::ib_cq_init_attr {
@@ -530,7 +526,7 @@ fn legacy_attach_detach_stress() -> TestResult {
     use core::sync::atomic::{AtomicU32, Ordering};
     use kernel::{sync::Arc, workqueue};
     const ROUNDS: u32 = 30;
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     let live = ledger::counts(Kind::LegacyDim).live();
     let errors = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
     let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
@@ -577,17 +573,18 @@ fn legacy_attach_detach_stress() -> TestResult {
     for r in 0..ROUNDS {
         let cq = create_legacy_cq(dev.device());
         kassert!(!cq.is_null(), "round {}: no CQ", r);
+        // An address that may cross to the attachers.
+        let ptr = crate::ib::cq::CqPtr::from_raw(cq).ok_or(Failed)?;
         let (won, busy, finished) = (
             Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
             Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
             Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
         );
         for _ in 0..3 {
-            let (won, busy, finished, p) = (won.clone(), busy.clone(), finished.clone(), CqPtr(cq));
+            let (won, busy, finished) = (won.clone(), busy.clone(), finished.clone());
             let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
-                let p = p;
                 // SAFETY: A live CQ the test owns until every attacher finished.
-                match unsafe { ibext_dim_attach(p.0) } {
+                match unsafe { ibext_dim_attach(ptr.as_raw()) } {
                     0 => won.fetch_add(1, Ordering::AcqRel),
                     e if e == EBUSY.to_errno() => busy.fetch_add(1, Ordering::AcqRel),
                     _ => 0,
@@ -596,7 +593,7 @@ fn legacy_attach_detach_stress() -> TestResult {
             });
             kassert!(res.is_ok());
         }
-        kassert!(crate::tests::guest::wait_for(10_000, || finished
+        kassert!(crate::tests::fixtures::guest::wait_for(10_000, || finished
             .load(Ordering::Acquire)
             == 3));
         kassert_eq!(won.load(Ordering::Acquire), 1, "round {}", r);
@@ -608,7 +605,7 @@ fn legacy_attach_detach_stress() -> TestResult {
             bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
         }
     }
-    kassert!(crate::tests::guest::wait_for(60_000, || done
+    kassert!(crate::tests::fixtures::guest::wait_for(60_000, || done
         .load(Ordering::Acquire)
         == 3));
     kassert_eq!(errors.load(Ordering::Acquire), 0);

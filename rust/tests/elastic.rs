@@ -9,16 +9,17 @@
 //!
 //! [`CqPools::age`]: crate::cq_pool::CqPools::age
 
-use crate::tests::{
+use crate::tests::fixtures::{
     guest::{msleep, required, run, short_sleep, XorShift},
     srq::Pd,
     traffic::Loopback,
 };
+use crate::tests::hooks::HoldPasses;
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     backport::workqueue::now_ms,
     device::DeviceState,
-    engine::{CqEngine, PollCtx},
+    engine::{PollCtx, PooledCq},
     ib::verbs::Pd as PdView,
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
@@ -31,7 +32,7 @@ use kernel::{c_str, fmt, prelude::*, str::CString, sync::Arc, workqueue};
 
 /// rxe0's state.
 fn rxe0_state(
-    dev: &crate::tests::guest::DeviceRef,
+    dev: &crate::tests::fixtures::guest::DeviceRef,
 ) -> core::result::Result<Arc<DeviceState>, Failed> {
     let state = crate::device::device_state(dev.device());
     kassert!(state.is_some(), "no ibext state for rxe0");
@@ -59,7 +60,7 @@ fn burst_then_aging_leaves_the_floor() -> TestResult {
         let mut held = KVec::new();
         for _ in 0..2 * QPS {
             held.push(
-                PooledCq::get(dev.device(), NR, -1, ctx, Moderation::None)?,
+                CqEntries::get(dev.device(), NR, -1, ctx, Moderation::None)?,
                 GFP_KERNEL,
             )?;
         }
@@ -90,7 +91,7 @@ fn burst_then_aging_leaves_the_floor() -> TestResult {
         let mut again = KVec::new();
         for hint in 0..vectors as i32 {
             again.push(
-                PooledCq::get(dev.device(), NR, hint, ctx, Moderation::None)?,
+                CqEntries::get(dev.device(), NR, hint, ctx, Moderation::None)?,
                 GFP_KERNEL,
             )?;
         }
@@ -118,7 +119,7 @@ fn the_aging_work_shrinks_the_pool() -> TestResult {
     let mut held = KVec::new();
     for _ in 0..4 * vectors {
         held.push(
-            PooledCq::get(
+            CqEntries::get(
                 dev.device(),
                 6000,
                 -1,
@@ -150,8 +151,8 @@ fn busy_cqs_survive_aging() -> TestResult {
     let mut raw = KVec::new();
     for i in 0..4 {
         // Large requests: each pair needs CQs of its own beyond each vector's floor.
-        let s = PooledCq::get(dev.device(), 6000, i, PollCtx::Softirq, Moderation::None)?;
-        let r = PooledCq::get(dev.device(), 6000, i, PollCtx::Softirq, Moderation::None)?;
+        let s = CqEntries::get(dev.device(), 6000, i, PollCtx::Softirq, Moderation::None)?;
+        let r = CqEntries::get(dev.device(), 6000, i, PollCtx::Softirq, Moderation::None)?;
         raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
         cqs.push((s, r), GFP_KERNEL)?;
     }
@@ -182,8 +183,8 @@ fn aging_races_gets() -> TestResult {
     const RACE_EVENTS: usize = 40;
     let dev = required(c_str!("rxe0"))?;
     let state = rxe0_state(&dev)?;
-    let a = PooledCq::get(dev.device(), 64, 0, PollCtx::Softirq, Moderation::None)?;
-    let b = PooledCq::get(dev.device(), 64, 1, PollCtx::Workqueue, Moderation::None)?;
+    let a = CqEntries::get(dev.device(), 64, 0, PollCtx::Softirq, Moderation::None)?;
+    let b = CqEntries::get(dev.device(), 64, 1, PollCtx::Workqueue, Moderation::None)?;
     let mut lb = Loopback::new(dev.device(), 16, &[(a.as_raw(), b.as_raw())])?;
     let done = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
     let errors = Arc::new(AtomicU32::new(0), GFP_KERNEL)?;
@@ -208,7 +209,7 @@ fn aging_races_gets() -> TestResult {
         let res = workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
             let mut rng = XorShift::new(0x85eb_ca6bu32.wrapping_mul(w + 1));
             let mut rnd = move || rng.next();
-            let mut held: [Option<PooledCq>; 6] = core::array::from_fn(|_| None);
+            let mut held: [Option<CqEntries>; 6] = core::array::from_fn(|_| None);
             while !stop.load(Ordering::Acquire) {
                 // The kernel does not preempt (PREEMPT_NONE): a worker that never sleeps would
                 // starve RCU's grace-period kthread, which every aging pass waits for.
@@ -222,7 +223,7 @@ fn aging_races_gets() -> TestResult {
                 let ctx = PollCtx::ALL[(rnd() % 3) as usize];
                 let nr = 1 + rnd() % 3000;
                 let hint = (rnd() % 5) as i32 - 1;
-                match PooledCq::get(state.device(), nr, hint, ctx, Moderation::None) {
+                match CqEntries::get(state.device(), nr, hint, ctx, Moderation::None) {
                     Ok(cq) => {
                         // Still in the pool, with at least our entries: not aged out.
                         if !state.cq_pools().used(cq.cq()).is_some_and(|u| u >= nr) {
@@ -260,8 +261,9 @@ fn aging_races_gets() -> TestResult {
         ledger::counts(Kind::CqSet).made - grown0,
         state.cq_pools().aged() - aged0,
     );
-    let all_done =
-        crate::tests::guest::wait_for(120_000, || done.load(Ordering::Acquire) == WORKERS + 1);
+    let all_done = crate::tests::fixtures::guest::wait_for(120_000, || {
+        done.load(Ordering::Acquire) == WORKERS + 1
+    });
     kassert!(all_done, "workers or ager did not finish");
     kassert!(failed.is_none(), "round {}: {:?}", round, failed);
     kassert_eq!(errors.load(Ordering::Acquire), 0);
@@ -299,14 +301,14 @@ fn set_cpu_online(cpu: u32, online: u32) -> Result<i32> {
 
 /// Returns the vectors of `n` round-robin gets (hint -1) in `ctx`, holding them in `held`.
 fn rr_vectors(
-    dev: &crate::tests::guest::DeviceRef,
+    dev: &crate::tests::fixtures::guest::DeviceRef,
     ctx: PollCtx,
     n: u32,
-    held: &mut KVec<PooledCq>,
+    held: &mut KVec<CqEntries>,
 ) -> Result<KVec<u32>> {
     let mut out = KVec::new();
     for _ in 0..n {
-        let cq = PooledCq::get(dev.device(), 4, -1, ctx, Moderation::None)?;
+        let cq = CqEntries::get(dev.device(), 4, -1, ctx, Moderation::None)?;
         // SAFETY: The CQ is alive while `cq` holds entries on it.
         out.push(unsafe { (*cq.as_raw()).comp_vector }, GFP_KERNEL)?;
         held.push(cq, GFP_KERNEL)?;
@@ -334,7 +336,7 @@ fn vectors_follow_cpu_hotplug() -> TestResult {
     // Whatever happened, the CPU comes back for the suites after this one.
     let back = set_cpu_online(last, 1);
     kassert!(
-        crate::tests::guest::wait_for(10_000, || state.comp_vectors() == n),
+        crate::tests::fixtures::guest::wait_for(10_000, || state.comp_vectors() == n),
         "cpu{} did not come back: {:?}",
         last,
         back
@@ -343,7 +345,7 @@ fn vectors_follow_cpu_hotplug() -> TestResult {
 }
 
 fn hotplug_checks(
-    dev: &crate::tests::guest::DeviceRef,
+    dev: &crate::tests::fixtures::guest::DeviceRef,
     state: &DeviceState,
     last: u32,
 ) -> TestResult {
@@ -351,8 +353,8 @@ fn hotplug_checks(
     let mut raw = KVec::new();
     let mut cqs = KVec::new();
     for ctx in PollCtx::ALL {
-        let s = PooledCq::get(dev.device(), 32, last as i32, ctx, Moderation::None)?;
-        let r = PooledCq::get(dev.device(), 32, last as i32, ctx, Moderation::None)?;
+        let s = CqEntries::get(dev.device(), 32, last as i32, ctx, Moderation::None)?;
+        let r = CqEntries::get(dev.device(), 32, last as i32, ctx, Moderation::None)?;
         raw.push((s.as_raw(), r.as_raw()), GFP_KERNEL)?;
         cqs.push((s, r), GFP_KERNEL)?;
     }
@@ -361,7 +363,7 @@ fn hotplug_checks(
     let engines = || {
         raw.iter().flat_map(|&(s, r)| [s, r]).filter_map(|cq| {
             // SAFETY: Pooled CQs, alive while `cqs` holds entries on them.
-            unsafe { CqEngine::of_cq(cq) }
+            unsafe { PooledCq::of_cq(cq) }
         })
     };
     // Completions of round 1 wait in the CQs (no pass may run) while the CPU goes offline.
@@ -398,7 +400,7 @@ fn hotplug_checks(
 
     // New gets stay below the count: hints wrap, round-robin cycles over n - 1 vectors.
     let mut held = KVec::new();
-    let cq = PooledCq::get(
+    let cq = CqEntries::get(
         dev.device(),
         4,
         last as i32,

@@ -10,12 +10,12 @@
 //!
 //! On the normal test kernel (no `CONFIG_FAILSLAB`) the cases are skipped.
 
-use crate::tests::guest::cqp;
-use crate::tests::guest::{
+use crate::tests::fixtures::guest::cqp;
+use crate::tests::fixtures::guest::{
     self, debugfs_exists, link_add_with_fail_nth, link_delete, restore_links, DeviceRef,
 };
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     bindings,
     capi::{ibext_cq_pool_get, ibext_srq_pool_create, ibext_srq_pool_destroy},
     engine::PollCtx,
@@ -63,7 +63,7 @@ fn cq_pool_grow_sweep() -> TestResult {
             ledger::counts(Kind::CqSet).live(),
         );
         fail_nth(n);
-        let r = PooledCq::get(dev.device(), max_cqe, 0, ctx, Moderation::Dim);
+        let r = CqEntries::get(dev.device(), max_cqe, 0, ctx, Moderation::Dim);
         let left = fail_nth(0);
         match r {
             Err(e) => {
@@ -106,7 +106,7 @@ fn cq_pool_grow_sweep() -> TestResult {
         absorbed
     );
     // The pool is usable after the sweep.
-    let cq = PooledCq::get(dev.device(), 16, 1, ctx, Moderation::Dim)?;
+    let cq = CqEntries::get(dev.device(), 16, 1, ctx, Moderation::Dim)?;
     kassert_eq!(
         cqp(cq.as_raw()).and_then(|c| state.cq_pools().used(c)),
         Some(16)

@@ -119,7 +119,7 @@ fn park(p: Point, obj: usize) {
             break;
         }
         if may_sleep {
-            crate::tests::guest::msleep(1);
+            crate::tests::fixtures::guest::msleep(1);
         } else {
             // Softirq or atomic context: spin, on a CPU the test does not need.
             core::hint::spin_loop();
@@ -150,7 +150,7 @@ impl Parking {
 
     /// Waits up to `ms` milliseconds for a caller to park; returns whether one did.
     pub(crate) fn wait_parked(&self, ms: u32) -> bool {
-        crate::tests::guest::wait_for(ms, || PARKED.load(Ordering::Acquire) != 0)
+        crate::tests::fixtures::guest::wait_for(ms, || PARKED.load(Ordering::Acquire) != 0)
     }
 
     /// Whether `p` was reached since the point was armed.
@@ -168,7 +168,7 @@ impl Parking {
     pub(crate) fn release(&self) -> bool {
         ARMED.store(0, Ordering::Release);
         RELEASE.store(true, Ordering::Release);
-        crate::tests::guest::wait_for(PARK_LIMIT_NS as u32 / 1_000_000, || {
+        crate::tests::fixtures::guest::wait_for(PARK_LIMIT_NS as u32 / 1_000_000, || {
             PARKED.load(Ordering::Acquire) == 0
         });
         !TIMED_OUT.load(Ordering::Acquire)
@@ -243,5 +243,85 @@ impl RepollWatch {
 impl Drop for RepollWatch {
     fn drop(&mut self) {
         WATCHED.store(0, Ordering::Release);
+    }
+}
+
+/// The tests' holds on pooled CQs' passes: a CQ's address (0: a free slot) and its gate.
+struct Hold {
+    cq: AtomicUsize,
+    gate: AtomicU32,
+}
+
+/// The gate of a held CQ: held, or held with a pass wanted.
+const GATE_OPEN: u32 = 0;
+const GATE_HELD: u32 = 1;
+const GATE_PENDING: u32 = 2;
+
+static HOLDS: [Hold; 32] = [const {
+    Hold {
+        cq: AtomicUsize::new(0),
+        gate: AtomicU32::new(GATE_OPEN),
+    }
+}; 32];
+/// Slots in use: a load of it is all a pass costs while no test holds a CQ (the benchmarks run
+/// in this flavour).
+static HOLDING: AtomicU32 = AtomicU32::new(0);
+
+/// `seams::pass_held`: whether the CQ at `obj` is held, remembering that a pass was wanted.
+pub(crate) fn pass_held(obj: *const core::ffi::c_void) -> bool {
+    if HOLDING.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let Some(h) = HOLDS
+        .iter()
+        .find(|h| h.cq.load(Ordering::Acquire) == obj as usize)
+    else {
+        return false;
+    };
+    match h
+        .gate
+        .compare_exchange(GATE_HELD, GATE_PENDING, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(_) => true,
+        Err(g) => g == GATE_PENDING,
+    }
+}
+
+/// Holding a pooled CQ's passes back, for the tests that need completions to pile up in it.
+pub(crate) trait HoldPasses {
+    /// No poll pass starts from now on (events, missed events at re-arm, polling mode and the
+    /// moderation timer all go through `schedule_pass`), so completions accumulate in the CQ
+    /// until [`HoldPasses::test_release`]. A pass already running finishes.
+    fn test_hold(&self);
+    /// Lets go, and runs the pass that was wanted while the CQ was held.
+    fn test_release(&self);
+}
+
+impl HoldPasses for crate::engine::PooledCq {
+    fn test_hold(&self) {
+        let me = self.raw() as usize;
+        let free = HOLDS.iter().find(|h| {
+            h.cq.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        let Some(h) = free else {
+            crate::backport::bug::warn_on_once!(true, "ibext tests: more than 32 held CQs");
+            return;
+        };
+        h.gate.store(GATE_HELD, Ordering::Release);
+        HOLDING.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn test_release(&self) {
+        let me = self.raw() as usize;
+        let Some(h) = HOLDS.iter().find(|h| h.cq.load(Ordering::Acquire) == me) else {
+            return;
+        };
+        let was = h.gate.swap(GATE_OPEN, Ordering::AcqRel);
+        h.cq.store(0, Ordering::Release);
+        HOLDING.fetch_sub(1, Ordering::AcqRel);
+        if was == GATE_PENDING {
+            self.schedule();
+        }
     }
 }

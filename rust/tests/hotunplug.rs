@@ -12,12 +12,12 @@
 //! checks that nothing hung, leaked or completed late, re-adds rxe0, and sees the ULP's
 //! traffic run again on the new device.
 
-use crate::tests::{
+use crate::tests::fixtures::{
     guest::{link_add, link_delete, pooled_cqs_on, restore_links, DeviceRef},
     stream::{now_ns, Stream},
 };
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     bindings,
     engine::PollCtx,
     ib::Device,
@@ -43,7 +43,7 @@ const DEPTH: usize = 8;
 /// What the test ULP runs on rxe0.
 struct Active {
     stream: Stream,
-    cqs: KVec<PooledCq>,
+    cqs: KVec<CqEntries>,
 }
 
 /// The test ULP's state, shared with its client callbacks.
@@ -72,7 +72,7 @@ fn start_on(dev: &Device) -> Result<Active> {
     let mut cqs = KVec::with_capacity(QPS, GFP_KERNEL)?;
     let mut raw = KVec::with_capacity(QPS, GFP_KERNEL)?;
     for i in 0..QPS {
-        let cq = PooledCq::get(
+        let cq = CqEntries::get(
             dev,
             3 * DEPTH as u32,
             i as i32,

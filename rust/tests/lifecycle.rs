@@ -2,7 +2,9 @@
 
 //! `ibext_lifecycle`: per-device state follows device registration, exactly once each way.
 
-use crate::tests::guest::{debugfs_exists, link_add, link_delete, rdma, restore_links, DeviceRef};
+use crate::tests::fixtures::guest::{
+    debugfs_exists, link_add, link_delete, rdma, restore_links, DeviceRef,
+};
 use crate::{
     bindings,
     kunit::{kassert, kassert_eq, kunit_suite, TestResult},

@@ -14,7 +14,9 @@
 //! A third case forces one interleaving instead of running many: a put held at a park point
 //! (`tests::hooks`) while the whole removal runs.
 
-use crate::tests::guest::{link_add, link_delete, msleep, required, restore_links, DeviceRef};
+use crate::tests::fixtures::guest::{
+    link_add, link_delete, msleep, required, restore_links, DeviceRef,
+};
 use crate::{
     bindings,
     capi::{
@@ -250,7 +252,8 @@ fn put_idling_checks() -> TestResult {
         );
         kassert!(parking.parked());
         kassert!(parking.release(), "ctx {}: the put was held too long", ctx);
-        let finished = crate::tests::guest::wait_for(60_000, || done.load(Ordering::Acquire) == 1);
+        let finished =
+            crate::tests::fixtures::guest::wait_for(60_000, || done.load(Ordering::Acquire) == 1);
         kassert!(finished, "ctx {}: the put did not return", ctx);
         kassert_eq!(link_add(c_str!("rxe1")).map_err(|_| Failed)?, 0);
     }

@@ -13,14 +13,14 @@
 //! its poller starves it of completions, and polling mode ends): it guards the property, the
 //! first forces the mechanism.
 
-use crate::tests::{
+use crate::tests::fixtures::{
     guest::{distinct_cqs, required, wait_for},
     stream::{now_ns, Stream},
 };
 use crate::{
-    api::PooledCq,
+    api::CqEntries,
     bindings,
-    engine::{CqEngine, CqStat, PollCtx},
+    engine::{CqStat, PollCtx, PooledCq},
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::moderation::{Moderation, ADAPTIVE_POLL_PROFILE},
     tests::hooks::RepollWatch,
@@ -82,7 +82,7 @@ fn softirq_repoll_ends_the_run() -> TestResult {
     const DEPTH: usize = 16;
     const REPOLLS: u64 = 32;
     let dev = required(c_str!("rxe0"))?;
-    let cq = CqEngine::new_pooled(
+    let cq = PooledCq::new_pooled(
         dev.device(),
         (3 * DEPTH) as u32,
         0,
@@ -145,7 +145,7 @@ fn adaptive_polling_with_more_busy_qps_than_cpus() -> TestResult {
         let mut cqs = KVec::with_capacity(qps, GFP_KERNEL)?;
         for i in 0..qps {
             cqs.push(
-                PooledCq::get(
+                CqEntries::get(
                     dev.device(),
                     (3 * DEPTH) as u32,
                     i as i32,
@@ -159,7 +159,7 @@ fn adaptive_polling_with_more_busy_qps_than_cpus() -> TestResult {
         let engines = || {
             distinct.iter().filter_map(|&cq| {
                 // SAFETY: The CQs are pooled and held by `cqs` for the whole case.
-                unsafe { CqEngine::of_cq(cq) }
+                unsafe { PooledCq::of_cq(cq) }
             })
         };
         kassert_eq!(engines().count(), distinct.len());

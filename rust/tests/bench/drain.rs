@@ -23,13 +23,13 @@
 //! remembers the event, and the release calls the CQ's own handler, so each pool's event path is
 //! in the window.
 
-use crate::tests::{
-    bench::REPS,
+use crate::tests::fixtures::{
     guest::{msleep, required, DeviceRef},
     stream::now_ns,
+    REPS,
 };
 use crate::{
-    api::{self, PooledCq},
+    api::{self, CqEntries},
     bindings,
     engine::PollCtx,
     kunit::{kassert, kassert_eq, Failed, TestResult},
@@ -157,7 +157,7 @@ struct UnderTest {
 
 enum Cq {
     Upstream(*mut bindings::ib_cq),
-    Ibext(PooledCq),
+    Ibext(CqEntries),
 }
 
 impl Drop for Cq {
@@ -173,7 +173,7 @@ impl UnderTest {
     fn new(dev: &crate::ib::Device, ibext: bool, nr_cqe: u32) -> Result<Self> {
         let cq = if ibext {
             let mode = api::default_moderation(dev);
-            Cq::Ibext(PooledCq::get(dev, nr_cqe, 0, PollCtx::Softirq, mode)?)
+            Cq::Ibext(CqEntries::get(dev, nr_cqe, 0, PollCtx::Softirq, mode)?)
         } else {
             // SAFETY: `dev` is registered.
             Cq::Upstream(kernel::error::from_err_ptr(unsafe {

@@ -11,23 +11,25 @@
 //!
 //! - `per_qp`: one CQ per QP from `ib_alloc_cq` (send and receive share it);
 //! - `upstream_pool`: `ib_cq_pool_get`, one request per QP for its send and receive entries;
-//! - `ibext_pool`: `ibext_cq_pool_get` (through [`PooledCq`]), the same requests.
+//! - `ibext_pool`: `ibext_cq_pool_get` (through [`CqEntries`]), the same requests.
 //!
 //! Completion events of ib_core's own CQs are counted by a tap: the CQ's `comp_handler` is
 //! swapped for one that counts and then calls ib_core's handler, and restored afterwards.
 //! ibext's CQs count their events themselves.
 
 use crate::engine::CqStat;
-use crate::tests::guest::cqp;
-use crate::tests::{
-    drain::cq_drain_bench,
-    gid::gid_bench,
+use crate::tests::fixtures::guest::cqp;
+mod drain;
+mod gid;
+mod srq;
+
+use crate::tests::fixtures::{
     guest::DeviceRef,
-    srq::srq_bench,
     stream::{now_ns, Stream},
+    REPS,
 };
 use crate::{
-    api::{self, PooledCq},
+    api::{self, CqEntries},
     bindings,
     engine::PollCtx,
     kunit::{kassert, kunit_suite, Failed, TestResult},
@@ -35,7 +37,10 @@ use crate::{
     tests::hooks::{AGING_OFF, AGING_SHIFT_MS},
 };
 use core::sync::atomic::{AtomicU64, Ordering};
+use drain::cq_drain_bench;
+use gid::gid_bench;
 use kernel::{c_str, prelude::*};
+use srq::srq_bench;
 
 /// Counts completion events of ib_core CQs, then hands them to ib_core's handler.
 struct Tap {
@@ -84,7 +89,7 @@ struct Cqs {
     per_qp: KVec<*mut bindings::ib_cq>,
     /// ib_core CQs whose handler is swapped for the tap.
     tapped: KVec<*mut bindings::ib_cq>,
-    ibext: KVec<PooledCq>,
+    ibext: KVec<CqEntries>,
     nr_cqe: u32,
     tap: KBox<Tap>,
 }
@@ -109,7 +114,7 @@ impl Cqs {
         for i in 0..qps {
             let cq = match setup {
                 Setup::Ibext(ctx, mode) | Setup::IbextAgingOff(ctx, mode) => {
-                    let p = PooledCq::get(dev, nr_cqe, i as i32, ctx, mode)?;
+                    let p = CqEntries::get(dev, nr_cqe, i as i32, ctx, mode)?;
                     let raw = p.as_raw();
                     c.ibext.push(p, GFP_KERNEL)?;
                     raw
@@ -172,7 +177,7 @@ impl Cqs {
 
     /// Distinct CQs and their entries.
     fn distinct(&self, qps: usize) -> Result<(KVec<*mut bindings::ib_cq>, u64)> {
-        let d = crate::tests::guest::distinct_cqs((0..qps).map(|i| self.cq(i)))?;
+        let d = crate::tests::fixtures::guest::distinct_cqs((0..qps).map(|i| self.cq(i)))?;
         // SAFETY: The CQs are alive while `self` holds them.
         let cqe = d.iter().map(|&cq| unsafe { (*cq).cqe } as u64).sum();
         Ok((d, cqe))
@@ -312,12 +317,6 @@ fn sort_u64(v: &mut [u64]) {
     unsafe { bindings::sort(v.as_mut_ptr().cast(), v.len(), 8, Some(cmp), None) };
 }
 
-/// Repetitions of every side-by-side comparison. Within a repetition the setups run back to
-/// back, and their order rotates from one repetition to the next, so each pair of setups is
-/// measured `REPS` times in alternating order. Every repetition is printed as its own line
-/// (`"rep"`, `"order"`); the harness pairs them and reports each ratio's median and range.
-pub(crate) const REPS: usize = 5;
-
 /// One point of a benchmark: `qps` QPs at `depth`, until `ops` sends completed.
 struct Point<'a> {
     bench: &'a str,
@@ -394,7 +393,7 @@ fn compare(
 /// Issues 4 and 17: one CQ per QP, upstream's pool, ibext's pool with the moderation
 /// `ibext_cq_pool_get()` gives (upstream's: none on rxe), and ibext's pool with DIM.
 fn cq_pool_bench() -> TestResult {
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     // Aging as in the product module (the real clock), whatever ran before.
     AGING_SHIFT_MS.store(0, Ordering::Release);
     let setups = [
@@ -481,7 +480,7 @@ fn cq_aging_more_bench() -> TestResult {
 fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
     const QPS: usize = 64;
     const NR_CQE: u32 = 1024;
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     let d = dev.device();
     let state = crate::device::device_state(d).ok_or(Failed)?;
     // The real clock: the aging work runs as in the product module.
@@ -508,7 +507,7 @@ fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
                 // The work was queued at the burst's first idle CQ; it runs a period later and
                 // again for CQs idle a little later than that one.
                 let pools = state.cq_pools();
-                let ran = crate::tests::guest::wait_for(AGE_MS as u32 + 10_000, || {
+                let ran = crate::tests::fixtures::guest::wait_for(AGE_MS as u32 + 10_000, || {
                     pools.aged() > aged && !pools.aging_pending()
                 });
                 kassert!(ran, "the aging work did not run within a period");
@@ -525,7 +524,7 @@ fn aging_reps(reps: core::ops::Range<usize>) -> TestResult {
 /// Aging's cost: ops/s of the CQ pool bench with aging as shipped against aging off, at three
 /// points.
 fn cq_aging_ops_bench() -> TestResult {
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     let d = dev.device();
     AGING_SHIFT_MS.store(0, Ordering::Release);
     let mode = api::default_moderation(d);
@@ -553,7 +552,7 @@ fn emit_aging(label: &str, rep: usize, order: usize, peak: (u32, u64), after: (u
 /// Moderation: the modes of ibext's pool: true depth 1 (one QP, one send in flight), then
 /// 16 QPs at depths 1 to 128.
 fn dim_bench() -> TestResult {
-    let dev = crate::tests::guest::required(c_str!("rxe0"))?;
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     let setups = [
         (
             Setup::Ibext(PollCtx::Softirq, Moderation::None),
