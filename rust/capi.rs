@@ -23,7 +23,8 @@ use crate::{
     },
     legacy_dim, policy,
     policy::{gid_index::GidKey, moderation::Moderation},
-    srq_pool::{self, SrqPool, UlpPressure, UlpRecvDone},
+    recv_srq::{UlpPressure, UlpRecvDone},
+    srq_pool::{self, SrqPool},
 };
 use core::ptr::NonNull;
 use kernel::{

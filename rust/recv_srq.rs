@@ -5,7 +5,10 @@
 //! pressure. The views it works with (`Pd`, `Srq`, `Wc`) are `ib::verbs`'s; when it grows,
 //! shrinks and re-arms is `policy::srq_growth`'s, and this file carries it out.
 //!
-//! About 930 lines: one pinned object, its three C callbacks (receive, event, maintenance
+//! It also holds [`UlpRecvDone`] and [`UlpPressure`], a C ULP's callbacks with their context,
+//! through which a pool made by `ibext_srq_pool_create` hands receives and pressure to C.
+//!
+//! About 1100 lines: one pinned object, its three C callbacks (receive, event, maintenance
 //! work), its growth steps and its teardown are one lifetime argument, kept in one file.
 //!
 //! # Growth
@@ -74,7 +77,7 @@ use crate::{
 
 use crate::ib::verbs::{Pd, Srq, Wc};
 use core::{
-    ffi::c_void,
+    ffi::{c_uint, c_void},
     marker::PhantomData,
     ptr::NonNull,
     sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering},
@@ -982,3 +985,98 @@ impl<H: SrqHandler> DelayedRun for RecvSrqState<H> {
 
 // `maint` is declared first, and the drop cancels it before anything `run` reads goes.
 impl_has_delayed_work!(impl<H: SrqHandler> RecvSrqState<H>, maint);
+
+/// A C ULP's receive callback (`struct ibext_srq_pool_attr::recv_done`) and its context.
+///
+/// # Invariants
+///
+/// `f` may be called with a live SRQ, a completion, a buffer and `ctx` for as long as this
+/// value lives.
+#[derive(Clone)]
+pub(crate) struct UlpRecvDone {
+    f: UlpRecvFn,
+    ctx: *mut c_void,
+}
+
+/// The type of `struct ibext_srq_pool_attr::recv_done`.
+pub(crate) type UlpRecvFn = unsafe extern "C" fn(
+    *mut bindings::ib_srq,
+    *mut bindings::ib_wc,
+    *mut c_void,
+    *mut c_void,
+) -> bindings::ibext_recv_action;
+
+// SAFETY: The ULP's contract (`include/rdma/ibext.h`): its callback may run on any CPU, in the
+// poll context of any of its CQs, with its context.
+unsafe impl Send for UlpRecvDone {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for UlpRecvDone {}
+
+impl UlpRecvDone {
+    /// Wraps a callback and context from C.
+    ///
+    /// # Safety
+    ///
+    /// `f` may be called as the type invariant says until the returned value is dropped.
+    pub(crate) unsafe fn new(f: UlpRecvFn, ctx: *mut c_void) -> Self {
+        // INVARIANT: the caller's guarantee.
+        UlpRecvDone { f, ctx }
+    }
+
+    /// Calls the callback; an answer other than `IBEXT_RECV_KEEP` reposts.
+    pub(crate) fn call(&self, srq: &Srq, wc: &Wc, buf: &RecvData<'_>) -> RecvAction {
+        // SAFETY: A live SRQ, a valid completion and a buffer not posted while the callback
+        // runs (type invariants of `Srq`, `Wc`, `RecvData`); the callback is valid (invariant).
+        let a = unsafe { (self.f)(srq.as_raw(), wc.as_raw(), buf.as_mut_ptr(), self.ctx) };
+        if a == bindings::ibext_recv_action_IBEXT_RECV_KEEP {
+            RecvAction::Keep
+        } else {
+            RecvAction::Repost
+        }
+    }
+}
+
+/// A C ULP's pressure callback (`struct ibext_srq_pool_attr::pressure`) and its context.
+///
+/// # Invariants
+///
+/// `f` may be called in process context with a live SRQ of the pool, any `enum
+/// ibext_srq_pressure` value, a count and `ctx`, for as long as this value lives.
+#[derive(Clone)]
+pub(crate) struct UlpPressure {
+    f: UlpPressureFn,
+    ctx: *mut c_void,
+}
+
+/// The type of `struct ibext_srq_pool_attr::pressure`.
+pub(crate) type UlpPressureFn =
+    unsafe extern "C" fn(*mut bindings::ib_srq, bindings::ibext_srq_pressure, c_uint, *mut c_void);
+
+// SAFETY: The ULP's contract (`include/rdma/ibext.h`): its callback may run in any process
+// context, with its context.
+unsafe impl Send for UlpPressure {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for UlpPressure {}
+
+impl UlpPressure {
+    /// Wraps a callback and context from C.
+    ///
+    /// # Safety
+    ///
+    /// `f` may be called as the type invariant says until the returned value is dropped.
+    pub(crate) unsafe fn new(f: UlpPressureFn, ctx: *mut c_void) -> Self {
+        // INVARIANT: the caller's guarantee.
+        UlpPressure { f, ctx }
+    }
+
+    /// Calls the callback.
+    pub(crate) fn call(&self, srq: &Srq, what: Pressure, posted: u32) {
+        let what = match what {
+            Pressure::Low => bindings::ibext_srq_pressure_IBEXT_SRQ_LOW,
+            Pressure::Grown => bindings::ibext_srq_pressure_IBEXT_SRQ_GROWN,
+            Pressure::Shrunk => bindings::ibext_srq_pressure_IBEXT_SRQ_SHRUNK,
+        };
+        // SAFETY: A live SRQ (type invariant of `Srq`); the callback is valid (invariant).
+        unsafe { (self.f)(srq.as_raw(), what, posted, self.ctx) }
+    }
+}
