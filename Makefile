@@ -55,7 +55,7 @@ HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) --stall 
 flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
 .PHONY: all modules setup kernel kernels flavours check run bench host-test \
-	clippy fmt fmt-check bindgen-flags clean
+	clippy fmt fmt-check layers bindgen-flags clean
 
 all: modules
 
@@ -105,11 +105,15 @@ fmt-check: kernel
 bindgen-flags: kernel
 	@$(TOP)/scripts/check-bindgen-flags.sh $(KDIR)
 
+# The direction of the crate's imports (Documentation/ibext.rst, "Structure").
+layers:
+	@python3 $(TOP)/scripts/check-layers.py
+
 host-test: setup
 	@mkdir -p $(BUILD)
 	cd host && cargo test 2>&1 | tee $(BUILD)/host-test.log; exit $${PIPESTATUS[0]}
 
-check: fmt-check bindgen-flags host-test flavours
+check: fmt-check layers bindgen-flags host-test flavours
 	$(HARNESS) --mode check --suite "$(SUITE)" --out $(BUILD) \
 		--host-log $(BUILD)/host-test.log \
 		$(foreach f,$(FLAVOURS),$(call flavour_arg,$(f)))
