@@ -4,6 +4,7 @@
 //! `include/rdma/ibext.h` are thin conversions onto it in `ib/capi.rs`.
 
 use crate::{
+    backport::sync::RcuGuard,
     device::DeviceState,
     engine::PollCtx,
     ib::{
@@ -95,21 +96,43 @@ pub(crate) fn cq_pool_get(
 /// Finds `key` on `dev`: on `port`, or on every port in order (`None`). The checked form of
 /// `ibext_find_gid`/`ibext_find_gid_by_port`: `port`, if given, is valid.
 ///
-/// On a device ibext is not attached to (its `add` failed), ib_core's own search answers.
+/// A device whose ports hold so few GIDs that ib_core's scan is cheaper than the hashed lookup
+/// (`gid_index::core_scan_cheaper`) is answered by that scan.
+#[cfg_attr(
+    not(ibext_kunit),
+    expect(
+        dead_code,
+        reason = "the C entry points and the tests are its only callers so far"
+    )
+)]
 pub(crate) fn gid_find(
     dev: &Device,
     key: &GidKey,
     port: Option<u32>,
     ndev: NdevPtr,
 ) -> Result<GidAttr> {
+    if crate::gid_index::core_scan_cheaper(dev) {
+        let gid = crate::bindings::ib_gid { raw: key.gid };
+        return gid::upstream_find_gid(dev, &gid, key.gid_type, port, ndev);
+    }
+    gid_find_hashed(dev, key, port, ndev)
+}
+
+/// [`gid_find`] through ibext's index, whatever the table's size. On a device ibext is not
+/// attached to (its `add` failed), ib_core's own search answers.
+#[inline(always)]
+pub(crate) fn gid_find_hashed(
+    dev: &Device,
+    key: &GidKey,
+    port: Option<u32>,
+    ndev: NdevPtr,
+) -> Result<GidAttr> {
     // Inside the RCU section that keeps the state alive: no reference taken on the hot path.
-    if let Some(r) =
-        crate::device::with_device_state(dev, |s, rcu| s.gid_index().find(rcu, key, port, ndev))
-    {
-        return r;
+    let rcu = RcuGuard::new();
+    if let Some(s) = crate::device::device_state_in(dev, &rcu) {
+        return s.gid_index().find(&rcu, key, port, ndev);
     }
-    match port {
-        Some(p) => gid::upstream_find_by_port(dev, &key.gid, key.gid_type, p, ndev),
-        None => gid::upstream_find(dev, &key.gid, key.gid_type, ndev),
-    }
+    drop(rcu);
+    let gid = crate::bindings::ib_gid { raw: key.gid };
+    gid::upstream_find_gid(dev, &gid, key.gid_type, port, ndev)
 }

@@ -18,7 +18,7 @@ use crate::{
     ib::verbs::Pd,
     ib::{
         cq::{CqPtr, UlpCq},
-        gid::{GidAttr, NdevPtr},
+        gid::NdevPtr,
         Device,
     },
     legacy_dim, policy,
@@ -134,30 +134,68 @@ pub(crate) unsafe extern "C" fn ibext_cq_pool_put(cq: *mut bindings::ib_cq, nr_c
     drop(state.cq_put(cq, nr_cqe));
 }
 
-/// The checks of `ibext_find_gid*`, then the lookup.
+/// The checks of `ibext_find_gid*`, then the lookup; the C return value (a referenced entry or
+/// an `ERR_PTR`). Inlined into both entry points: at a few entries the lookup is ib_core's own
+/// scan, and every instruction around it shows in the ratio to calling ib_core directly.
+#[inline(always)]
 fn find_gid(
     dev: *mut bindings::ib_device,
     gid: *const bindings::ib_gid,
     gid_type: bindings::ib_gid_type,
     port: Option<u32>,
     ndev: *mut bindings::net_device,
-) -> Result<GidAttr> {
+) -> *const bindings::ib_gid_attr {
+    let einval = || err_ptr::<bindings::ib_gid_attr>(EINVAL).cast_const();
     if dev.is_null() || gid.is_null() || gid_type >= bindings::ib_gid_type_IB_GID_TYPE_SIZE {
-        return Err(EINVAL);
+        return einval();
     }
     // SAFETY: A non-null `dev` from a caller is a registered device it may use (the C contract).
     let dev = unsafe { Device::from_raw(dev) };
     if let Some(p) = port {
         if !dev.port_valid(p) {
-            return Err(EINVAL);
+            return einval();
         }
     }
+    if crate::gid_index::core_scan_cheaper(dev) {
+        // A small table: ib_core's own scan, with the caller's arguments as they are
+        // (`api::gid_find` makes the same choice for Rust callers); its result is ours.
+        // SAFETY: `dev` is registered, `gid` valid for reads (the C contract); `ndev` is only
+        // compared.
+        return unsafe {
+            match port {
+                Some(p) => bindings::rdma_find_gid_by_port(dev.as_raw(), gid, gid_type, p, ndev),
+                None => bindings::rdma_find_gid(dev.as_raw(), gid, gid_type, ndev),
+            }
+        };
+    }
+    // SAFETY: `gid` is valid for reads (the C contract).
+    unsafe { find_gid_hashed(dev, gid, gid_type, port, ndev) }
+}
+
+/// The hashed lookup of [`find_gid`], out of line so that the entry points' path to ib_core's
+/// scan needs no stack frame (it ends in a tail call).
+///
+/// # Safety
+///
+/// `gid` is valid for reads.
+#[inline(never)]
+unsafe fn find_gid_hashed(
+    dev: &Device,
+    gid: *const bindings::ib_gid,
+    gid_type: bindings::ib_gid_type,
+    port: Option<u32>,
+    ndev: *mut bindings::net_device,
+) -> *const bindings::ib_gid_attr {
     let key = GidKey {
-        // SAFETY: `gid` is valid for reads (the C contract); any bit pattern is a valid array.
+        // SAFETY: `gid` is valid for reads (the caller's contract); any bit pattern is a valid
+        // array.
         gid: unsafe { (*gid).raw },
         gid_type,
     };
-    api::gid_find(dev, &key, port, NdevPtr::from_raw(ndev))
+    match api::gid_find_hashed(dev, &key, port, NdevPtr::from_raw(ndev)) {
+        Ok(attr) => attr.into_raw(),
+        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
+    }
 }
 
 /// C entry point of `ibext_find_gid()`; see `include/rdma/ibext.h`.
@@ -173,10 +211,7 @@ pub(crate) unsafe extern "C" fn ibext_find_gid(
     gid_type: bindings::ib_gid_type,
     ndev: *mut bindings::net_device,
 ) -> *const bindings::ib_gid_attr {
-    match find_gid(dev, gid, gid_type, None, ndev) {
-        Ok(attr) => attr.into_raw(),
-        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
-    }
+    find_gid(dev, gid, gid_type, None, ndev)
 }
 
 /// C entry point of `ibext_find_gid_by_port()`; see `include/rdma/ibext.h`.
@@ -192,10 +227,7 @@ pub(crate) unsafe extern "C" fn ibext_find_gid_by_port(
     port: u32,
     ndev: *mut bindings::net_device,
 ) -> *const bindings::ib_gid_attr {
-    match find_gid(dev, gid, gid_type, Some(port), ndev) {
-        Ok(attr) => attr.into_raw(),
-        Err(e) => err_ptr::<bindings::ib_gid_attr>(e).cast_const(),
-    }
+    find_gid(dev, gid, gid_type, Some(port), ndev)
 }
 
 /// C entry point of `ibext_srq_pool_create()`; see `include/rdma/ibext.h`.

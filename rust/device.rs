@@ -226,13 +226,14 @@ pub(crate) fn register_client() -> Result<Registration<DeviceState>> {
     CLIENT.register()
 }
 
-/// Runs `f` on ibext's state for `dev` inside an RCU read-side critical section; `None` if ibext
-/// is not attached to `dev` or its `remove` has started (`ib::client::Client::with`).
-pub(crate) fn with_device_state<R>(
+/// Returns ibext's state for `dev`, borrowed for the read-side critical section `rcu`; `None`
+/// if ibext is not attached to `dev` or its `remove` has started (`ib::client::Client::get_in`).
+#[inline(always)]
+pub(crate) fn device_state_in<'g>(
     dev: &Device,
-    f: impl FnOnce(ArcBorrow<'_, DeviceState>, &RcuGuard) -> R,
-) -> Option<R> {
-    CLIENT.with(dev, f)
+    rcu: &'g RcuGuard,
+) -> Option<ArcBorrow<'g, DeviceState>> {
+    CLIENT.get_in(dev, rcu)
 }
 
 /// Returns a reference to ibext's state for `dev`, or `None` if ibext is not attached to it

@@ -44,9 +44,10 @@ use crate::{
         percpu::PerCpuCounters,
         sync::{RcuBox, RcuGuard},
     },
+    bindings,
     ib::{
         event::{new_event_work, Event, EventWork, EventWorker},
-        gid::{get_gid_attr, upstream_find_by_port, GidAttr, NdevPtr},
+        gid::{get_gid_attr, upstream_find_gid, GidAttr, NdevPtr},
         Device,
     },
     ledger::{Kind, Token},
@@ -55,7 +56,7 @@ use crate::{
 };
 use core::{
     fmt::Write,
-    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
 };
 use kernel::{new_mutex, prelude::*, sync::Mutex};
 
@@ -77,6 +78,29 @@ stat_enum! {
         /// Lookups on ports that are not mirrored (IB, iWARP), answered by ib_core.
         Unindexed => "unindexed",
     }
+}
+
+/// Slots of [`CORE_SCANS`].
+const CORE_SCAN_SLOTS: usize = 64;
+
+/// The devices on which ib_core's own scan answers lookups (every port holds at most
+/// `policy::CORE_SCAN_MAX` valid entries, where the scan costs less than a hashed, confirmed
+/// lookup): slot `index % CORE_SCAN_SLOTS` holds the device's address, or 0.
+///
+/// Read without the device's state, without RCU and without ordering: the answer is right
+/// whichever path it sends a lookup down, since ib_core's scan is the reference and the hashed
+/// path confirms every hit. A stale slot (a device whose table just grew, one being removed,
+/// another device at a freed device's address, two devices sharing a slot) only costs time.
+/// Written by the device's rescans ([`GidIndex::rescan_pending`], under its `rescan` mutex)
+/// and cleared by [`GidIndex::stop`].
+static CORE_SCANS: [AtomicUsize; CORE_SCAN_SLOTS] =
+    [const { AtomicUsize::new(0) }; CORE_SCAN_SLOTS];
+
+/// Whether lookups on `dev` go to ib_core's own scan (see [`CORE_SCANS`]).
+#[inline]
+pub(crate) fn core_scan_cheaper(dev: &Device) -> bool {
+    CORE_SCANS[dev.index() as usize % CORE_SCAN_SLOTS].load(Ordering::Relaxed)
+        == dev.as_raw() as usize
 }
 
 /// One port's snapshot: the hash over its valid entries, and the bitmap of valid indices.
@@ -253,6 +277,9 @@ impl GidIndex {
         // Events no longer queue the work; a lookup that falls back may still queue it until
         // the state is unpublished, and dropping the index cancels it for good.
         self.cancel();
+        // A rescan queued by such a lookup may publish the shortcut again: harmless, the slot
+        // only ever sends a lookup to ib_core's scan.
+        self.set_core_scan(false);
     }
 
     /// Called by the event handler: port `num`'s table changed.
@@ -283,6 +310,7 @@ impl GidIndex {
                     };
                     p.flips.fetch_add(flips as u64, Ordering::Relaxed);
                     let old = p.snapshot.swap(snap);
+                    self.update_core_scan();
                     p.done.store(want, Ordering::Release);
                     self.inc(Counter::Rescans);
                     // Waits for every lookup that may have read the old snapshot, then frees it.
@@ -297,9 +325,41 @@ impl GidIndex {
         failed
     }
 
+    /// Publishes whether lookups on this device go to ib_core's own scan ([`CORE_SCANS`]),
+    /// from the ports' current snapshots. Called under `rescan` after a snapshot is published
+    /// and before its port is marked current, so that a caller who waited for the index to be
+    /// current sees the choice made for what it waited for.
+    fn update_core_scan(&self) {
+        let rcu = RcuGuard::new();
+        let cheaper = policy::core_scan_cheaper(self.data().ports.iter().map(|p| {
+            match p.snapshot.get(&rcu) {
+                Some(s) if p.indexed.load(Ordering::Acquire) => policy::bitmap_weight(&s.valid),
+                // Not mirrored (IB, iWARP) or not scanned yet: the index's own path, which
+                // asks ib_core and counts it.
+                _ => usize::MAX,
+            }
+        }));
+        drop(rcu);
+        self.set_core_scan(cheaper);
+    }
+
+    /// Publishes whether lookups on this device go to ib_core's own scan ([`CORE_SCANS`]).
+    fn set_core_scan(&self, on: bool) {
+        let dev = self.device();
+        let slot = &CORE_SCANS[dev.index() as usize % CORE_SCAN_SLOTS];
+        let me = dev.as_raw() as usize;
+        if on {
+            // May take the slot of another device, which then only loses the shortcut.
+            slot.store(me, Ordering::Relaxed);
+        } else {
+            let _ = slot.compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     /// Finds `key` on port `p`, as `rdma_find_gid_by_port` does, inside the caller's RCU
     /// read-side critical section (nothing here sleeps: `rdma_get_gid_attr` and ib_core's
     /// search take the table's rwlock with interrupts off).
+    #[inline(always)]
     fn find_on_port(
         &self,
         rcu: &RcuGuard,
@@ -309,7 +369,13 @@ impl GidIndex {
     ) -> Result<GidAttr> {
         if !p.indexed.load(Ordering::Acquire) {
             self.inc(Counter::Unindexed);
-            return upstream_find_by_port(self.device(), &key.gid, key.gid_type, p.num, ndev);
+            return upstream_find_gid(
+                self.device(),
+                &bindings::ib_gid { raw: key.gid },
+                key.gid_type,
+                Some(p.num),
+                ndev,
+            );
         }
         let mut stale = false;
         let mut snap_gen = 0;
@@ -345,7 +411,13 @@ impl GidIndex {
                 // work is allowed in atomic context, and a no-op while it is queued).
                 self.queue();
             }
-            return upstream_find_by_port(self.device(), &key.gid, key.gid_type, p.num, ndev);
+            return upstream_find_gid(
+                self.device(),
+                &bindings::ib_gid { raw: key.gid },
+                key.gid_type,
+                Some(p.num),
+                ndev,
+            );
         }
         self.inc(Counter::ConfirmedMisses);
         Err(ENOENT)
@@ -353,6 +425,7 @@ impl GidIndex {
 
     /// Finds `key` on `port`, or on every port in order (`None`), as `rdma_find_gid_by_port` and
     /// `rdma_find_gid` do, inside the caller's RCU read-side critical section.
+    #[inline(always)]
     pub(crate) fn find(
         &self,
         rcu: &RcuGuard,
@@ -412,6 +485,11 @@ impl Show for GidIndex {
                 )?;
             }
         }
+        writeln!(
+            m,
+            "core_scan {}",
+            u8::from(core_scan_cheaper(self.device()))
+        )?;
         let st: Values<Counter, { Counter::COUNT }> = Values::read(|c| self.count(c));
         st.write(m)?;
         writeln!(m)

@@ -210,3 +210,15 @@ fn misses_are_confirmed_only_by_a_current_roce_mirror() {
     assert!(!miss_is_confirmed(false, false, 7, 7));
     assert!(!miss_is_confirmed(false, false, u64::MAX, 0));
 }
+
+#[test]
+fn small_tables_are_left_to_the_core_scan() {
+    assert!(core_scan_cheaper([1, CORE_SCAN_MAX]));
+    assert!(!core_scan_cheaper([1, CORE_SCAN_MAX + 1]));
+    assert!(!core_scan_cheaper([CORE_SCAN_MAX + 1]));
+    assert!(core_scan_cheaper(core::iter::empty()));
+    // Where the scan's cost over a table's positions passes a hashed lookup's (see the
+    // constant's comment): 166 + 19 (n - 1) / 2 against 334 ns.
+    let scan = |n: usize| 166 + 19 * (n - 1) / 2;
+    assert!(scan(CORE_SCAN_MAX) <= 334 && scan(CORE_SCAN_MAX + 1) > 334);
+}

@@ -143,16 +143,25 @@ impl<T: ClientData> Client<T> {
     /// its critical section used it, or took its own reference, before that.
     ///
     /// `f` also gets the critical section, so that what it reads under RCU needs no section of
-    /// its own (the GID lookup's hot path).
+    /// its own.
     pub(crate) fn with<R>(
         &self,
         dev: &Device,
         f: impl FnOnce(ArcBorrow<'_, T>, &RcuGuard) -> R,
     ) -> Option<R> {
+        let rcu = RcuGuard::new();
+        let data = self.get_in(dev, &rcu)?;
+        Some(f(data, &rcu))
+    }
+
+    /// Returns the data of `dev`, borrowed for the read-side critical section `rcu` (see
+    /// [`Client::with`]); `None` if the client is not attached to `dev` or its `remove` has
+    /// started. The form of the GID lookup's hot path: straight-line code, no closure.
+    #[inline(always)]
+    pub(crate) fn get_in<'g>(&self, dev: &Device, _rcu: &'g RcuGuard) -> Option<ArcBorrow<'g, T>> {
         if !self.registered.load(Ordering::Acquire) {
             return None;
         }
-        let rcu = RcuGuard::new();
         let data = match self.fast_get(dev.as_raw()) {
             Some(data) => data,
             // SAFETY: `dev` is a live device (invariant of `Device`); `raw` is initialized and
@@ -163,10 +172,9 @@ impl<T: ClientData> Client<T> {
             return None;
         }
         // SAFETY: Non-null client data is a reference from `Arc::<T>::into_foreign` that is
-        // alive for the rest of this critical section (type invariant), which the borrow
-        // (passed to `f` only) does not outlive.
-        let data = unsafe { <Arc<T> as ForeignOwnable>::borrow(data) };
-        Some(f(data, &rcu))
+        // alive for the rest of the critical section `_rcu` (type invariant); the borrow lives
+        // for `'g`, so no longer than the guard, which cannot be dropped while it is borrowed.
+        Some(unsafe { <Arc<T> as ForeignOwnable>::borrow(data) })
     }
 
     /// Returns a reference to the data of `dev`, or `None` if the client is not attached to it
@@ -176,6 +184,7 @@ impl<T: ClientData> Client<T> {
     }
 
     /// Returns `dev`'s client data from `fast`, if it has a slot there. Called inside RCU.
+    #[inline(always)]
     fn fast_get(&self, dev: *mut bindings::ib_device) -> Option<*mut c_void> {
         let s = self
             .fast

@@ -79,6 +79,13 @@ impl Device {
         unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
     }
 
+    /// Returns ib_core's index of the device (`ib_device.index`), unique among registered
+    /// devices.
+    pub(crate) fn index(&self) -> u32 {
+        // SAFETY: Set before registration and constant while registered (type invariant).
+        unsafe { (*self.as_raw()).index }
+    }
+
     /// Returns the number of completion vectors the driver exposes.
     pub(crate) fn num_comp_vectors(&self) -> u32 {
         // SAFETY: Set before registration and constant while registered (type invariant).

@@ -24,6 +24,8 @@ use crate::{
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{c_str, prelude::*, sync::Arc, workqueue};
 
+use crate::gid_index::core_scan_cheaper;
+use crate::policy::gid_index::CORE_SCAN_MAX;
 use crate::tests::fixtures::gid::*;
 
 /// Every GID of every table equals ib_core's answer, for both devices, and so do GIDs that are
@@ -449,6 +451,86 @@ fn bad_input_is_einval() -> TestResult {
     Ok(())
 }
 
+/// A device whose ports hold at most `CORE_SCAN_MAX` GIDs is answered by ib_core's own scan:
+/// the index's counters do not move. Grown past that, by the hashed index (its hits count);
+/// shrunk again, by the scan. Every answer, on both paths, equals ib_core's.
+fn small_tables_ask_ib_core() -> TestResult {
+    const NET: u16 = 0x61;
+    let (rxe1, s1) = device(c_str!("rxe1"))?;
+    let (dev, idx) = (rxe1.device(), s1.gid_index());
+    settle(&s1)?;
+    let small = valid_entries(dev).map_err(|_| Failed)?.len();
+    kassert!(
+        small > 0 && small <= CORE_SCAN_MAX,
+        "rxe1 has {} GIDs, the test needs 1 to {}",
+        small,
+        CORE_SCAN_MAX
+    );
+    kassert!(
+        wait_for(20_000, || core_scan_cheaper(dev)),
+        "a table of {} entries is not left to ib_core",
+        small
+    );
+    let check_all = || -> TestResult {
+        for a in valid_entries(dev).map_err(|_| Failed)?.iter() {
+            compare(dev, &key_of(a), NdevPtr::ANY)?;
+            let mut absent = key_of(a);
+            absent.gid[15] ^= 0xa5;
+            compare(dev, &absent, NdevPtr::ANY)?;
+        }
+        Ok(())
+    };
+    // What a lookup through the index counts (rescans are not lookups).
+    let counted = || {
+        [
+            Counter::Hits,
+            Counter::ConfirmedMisses,
+            Counter::Fallbacks,
+            Counter::Stale,
+            Counter::Unindexed,
+        ]
+        .iter()
+        .map(|&c| idx.count(c))
+        .sum::<u64>()
+    };
+    let before = counted();
+    check_all()?;
+    kassert_eq!(
+        counted(),
+        before,
+        "the index answered lookups of a small table"
+    );
+    // Past the bound: one host address is one RoCE v2 GID.
+    let hosts = 1..(CORE_SCAN_MAX - small + 2) as u16;
+    kassert_eq!(ip_addrs("add", NET, hosts.clone(), "veth2")?, 0);
+    let grown = (|| -> TestResult {
+        kassert!(
+            wait_for(20_000, || valid_entries(dev)
+                .is_ok_and(|v| v.len() > CORE_SCAN_MAX)),
+            "rxe1 did not get its GIDs"
+        );
+        settle(&s1)?;
+        kassert!(
+            wait_for(20_000, || !core_scan_cheaper(dev)),
+            "a table past the bound is still left to ib_core"
+        );
+        let hits = idx.count(Counter::Hits);
+        check_all()?;
+        kassert!(
+            idx.count(Counter::Hits) > hits,
+            "the index answered nothing"
+        );
+        Ok(())
+    })();
+    kassert_eq!(ip_addrs("del", NET, hosts, "veth2")?, 0);
+    grown?;
+    kassert!(
+        wait_for(20_000, || core_scan_cheaper(dev)),
+        "a table shrunk back is not left to ib_core again"
+    );
+    check_all()
+}
+
 kunit_suite!(
     ibext_gid,
     [
@@ -456,6 +538,7 @@ kunit_suite!(
         lookups_equal_upstream,
         removed_addresses_miss,
         unindexed_ports_ask_ib_core,
+        small_tables_ask_ib_core,
         churn_never_wrong,
     ]
 );

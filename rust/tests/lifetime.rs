@@ -14,8 +14,9 @@
 //! A third case forces one interleaving instead of running many: a put held at a park point
 //! (`tests::hooks`) while the whole removal runs.
 
-use crate::tests::fixtures::guest::{
-    link_add, link_delete, msleep, required, restore_links, DeviceRef,
+use crate::tests::fixtures::{
+    gid::ip_addrs,
+    guest::{link_add, link_delete, msleep, required, restore_links, wait_for, DeviceRef},
 };
 use crate::{
     bindings,
@@ -28,6 +29,7 @@ use crate::{
     ledger::{self, Kind},
     tests::hooks::{Parking, Point},
 };
+use crate::{gid_index::core_scan_cheaper, policy::gid_index::CORE_SCAN_MAX};
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{c_str, prelude::*, sync::Arc, workqueue};
 
@@ -161,7 +163,27 @@ fn without_a_fast_slot_checks() -> TestResult {
     calls_racing_removal_checks()
 }
 
+/// Grows rxe1's table past `CORE_SCAN_MAX`, so that `ibext_find_gid` goes through the device's
+/// state (a small table is left to ib_core's scan and would not race the removal at all), and
+/// runs the race.
 fn calls_racing_removal_checks() -> TestResult {
+    const NET: u16 = 0x62;
+    let hosts = 1..(CORE_SCAN_MAX as u16 + 2);
+    kassert_eq!(ip_addrs("add", NET, hosts.clone(), "veth2")?, 0);
+    let r = (|| -> TestResult {
+        let dev = required(c_str!("rxe1"))?;
+        kassert!(
+            wait_for(20_000, || !core_scan_cheaper(dev.device())),
+            "rxe1's table did not grow past the core scan's bound"
+        );
+        drop(dev);
+        race_removal()
+    })();
+    let _ = ip_addrs("del", NET, hosts, "veth2");
+    r
+}
+
+fn race_removal() -> TestResult {
     let (gid, gid_type) = {
         let dev = required(c_str!("rxe1"))?;
         let attr = get_gid_attr(dev.device(), 1, 0).map_err(|_| Failed)?;

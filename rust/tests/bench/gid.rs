@@ -26,6 +26,9 @@ enum Finder {
     Upstream,
     /// The naive loop: `rdma_query_gid` on every index of every port, then the type.
     QueryLoop,
+    /// ibext's hashed, confirmed lookup whatever the table's size (`ibext_find_gid` leaves
+    /// tables of at most `CORE_SCAN_MAX` entries to ib_core's scan): where the two cross.
+    Hashed,
     /// A part of ibext's lookup, for the breakdown: only the confirmation of a hit
     /// (`rdma_get_gid_attr` of the known port and index, and the reference put).
     ConfirmOnly(u32, u32),
@@ -56,15 +59,18 @@ impl Finder {
                     ))
                 },
                 Finder::Upstream => {
-                    crate::ib::gid::upstream_find(dev, &key.gid, key.gid_type, NdevPtr::ANY)
+                    crate::ib::gid::upstream_find_gid(dev, &gid, key.gid_type, None, NdevPtr::ANY)
                 }
                 Finder::QueryLoop => query_loop(dev, key),
+                Finder::Hashed => crate::api::gid_find_hashed(dev, key, None, NdevPtr::ANY),
                 Finder::ConfirmOnly(port, index) => crate::ib::gid::get_gid_attr(dev, port, index),
                 Finder::StateOnly => {
-                    return crate::device::with_device_state(dev, |s, _| {
-                        core::hint::black_box(&*s);
-                    })
-                    .is_some()
+                    let rcu = crate::backport::sync::RcuGuard::new();
+                    return crate::device::device_state_in(dev, &rcu)
+                        .map(|s| {
+                            core::hint::black_box(&*s);
+                        })
+                        .is_some();
                 }
             };
             if found.is_ok() {
@@ -143,9 +149,10 @@ fn grow_rxe1(dev: &Device, state: &DeviceState, have_hosts: u16, want: usize) ->
     Ok(hosts)
 }
 
-/// The GID lookup benchmark: ns per lookup for the first, middle and last valid entry of tables of 4, 128 and
-/// about 1000 entries, and for a GID on the second of two devices searched in turn, through
-/// ibext, `rdma_find_gid` and a `rdma_query_gid` loop, side by side.
+/// The GID lookup benchmark: ns per lookup for the first, middle and last valid entry of tables
+/// of 4, 8, 16, ... 512 and about 1000 entries, and for a GID on the second of two devices
+/// searched in turn, through ibext, `rdma_find_gid`, a `rdma_query_gid` loop and ibext's hashed
+/// path alone, side by side.
 pub(crate) fn gid_bench() -> TestResult {
     let (rxe0, s0) = device(c_str!("rxe0"))?;
     let (rxe1, s1) = device(c_str!("rxe1"))?;
@@ -185,6 +192,7 @@ pub(crate) fn gid_bench() -> TestResult {
                     a,
                     b,
                     c,
+                    (Finder::Hashed, "ibext_hashed"),
                     (Finder::ConfirmOnly(port, index), "confirm_only"),
                     (Finder::StateOnly, "state_only"),
                 ];
@@ -211,7 +219,14 @@ pub(crate) fn gid_bench() -> TestResult {
         }
         Ok(())
     };
-    let res = run_tables(&[(d1, 4), (d1, 128), (d0, 0)], &mut hosts);
+    // The sweep: rxe1 grown from 4 to 512 entries, then rxe0's nearly full table.
+    let sweep = [4, 8, 16, 32, 64, 128, 256, 512].map(|n| (d1, n));
+    let mut tables = KVec::with_capacity(sweep.len() + 1, GFP_KERNEL)?;
+    for t in sweep {
+        tables.push(t, GFP_KERNEL)?;
+    }
+    tables.push((d0, 0), GFP_KERNEL)?;
+    let res = run_tables(&tables, &mut hosts);
     if hosts > 0 {
         let _ = ip_addrs("del", 0x50, 1..hosts + 1, "veth2");
     }
