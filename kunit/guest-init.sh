@@ -495,7 +495,7 @@ nb_hist_bytes() {
 		END { print n + 0 }' $TR/events/kmem/$1/hist
 }
 nb_mem() {
-	setup=$1 nctrl=$2 nq=$3
+	setup=$1 nctrl=$2 nq=$3 rep=$4 order=$5
 	case $setup in
 	upstream) modprobe nvmet-rdma ;;
 	upstream_srq) modprobe nvmet-rdma use_srq=1 ;;
@@ -519,8 +519,8 @@ nb_mem() {
 	bytes=$(($(nb_hist_bytes kmalloc) + $(nb_hist_bytes mm_page_alloc 4096)))
 	echo "!hist:keys=common_stacktrace:vals=bytes_alloc" > $TR/events/kmem/kmalloc/trigger
 	echo "!hist:keys=common_stacktrace" > $TR/events/kmem/mm_page_alloc/trigger
-	printf 'ibext-bench: {"bench":"nvme_mem","setup":"%s","host_queues":%d,"controllers":%d,"target_recv_bytes":%d}\n' \
-		$setup $((nctrl * nq)) $nctrl $bytes > /dev/kmsg
+	printf 'ibext-bench: {"bench":"nvme_mem","setup":"%s","host_queues":%d,"controllers":%d,"rep":%d,"order":%d,"target_recv_bytes":%d}\n' \
+		$setup $((nctrl * nq)) $nctrl $rep $order $bytes > /dev/kmsg
 	nvme disconnect -n $NQN >/dev/null || return 1
 	wait_for 120 "controllers of $NQN gone" no_nvme_ctrl || return 1
 	nvme_port_disable || return 1
@@ -532,10 +532,25 @@ nb_mem() {
 HOSTID_PREFIX=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a
 NB_HOSTS=0
 no_nvme_ctrl() { ! ls -d /sys/class/nvme/nvme* >/dev/null 2>&1; }
+# NB_MEM_REPS repetitions of the three targets, their order rotated, so that
+# every ratio has a median and a range (a page more or less is 4 KiB of noise).
+NB_MEM_REPS=3
 nvme_bench_mem() {
 	modprobe nvme-rdma || return 1
-	for setup in upstream upstream_srq ibext; do
-		nb_mem $setup 1 1 && nb_mem $setup 2 2 && nb_mem $setup 8 2 || return 1
+	rep=0
+	while [ $rep -lt $NB_MEM_REPS ]; do
+		case $((rep % 3)) in
+		0) set -- upstream upstream_srq ibext ;;
+		1) set -- upstream_srq ibext upstream ;;
+		2) set -- ibext upstream upstream_srq ;;
+		esac
+		order=0
+		for setup in "$@"; do
+			nb_mem $setup 1 1 $rep $order && nb_mem $setup 2 2 $rep $order &&
+				nb_mem $setup 8 2 $rep $order || return 1
+			order=$((order + 1))
+		done
+		rep=$((rep + 1))
 	done
 	rmmod nvme_rdma
 }

@@ -249,7 +249,23 @@ def boot(args, flavour, kdir, cpio, log_path):
     timed_out = None
     # `make run` shows the guest from /init on; the boot messages stay in the log.
     showing = [args.verbose]
-    clock = SuiteClock(start)
+    # Under the instruction-count clock the guest's results do not depend on the host's load,
+    # but its wall time does: a busy host only makes it slower. So a benchmark is judged by
+    # progress (the stall limit), not by a wall-clock budget, and says how far it got in guest
+    # time against the last complete run's total.
+    wall_limit = args.timeout
+    progress = None
+    if args.mode == "bench" and args.clock == "icount":
+        wall_limit = None
+        expected = bench_guest_total(args)
+        total = f"about {expected:.0f}s" if expected else "a total not known yet (first run)"
+
+        def progress(name, guest_s):
+            print(f"ibext bench: {name} done at guest time {guest_s:.0f}s of {total} "
+                  f"(wall {time.monotonic() - start:.0f}s)", flush=True)
+        print(f"ibext bench: no wall-clock limit under icount; a guest silent for {args.stall}s "
+              "counts as hung", flush=True)
+    clock = SuiteClock(start, progress)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -274,8 +290,8 @@ def boot(args, flavour, kdir, cpio, log_path):
                         sys.stdout.buffer.write(rest)
                 break
             now = time.monotonic()
-            if now - start > args.timeout:
-                timed_out = f"timeout after {args.timeout}s"
+            if wall_limit is not None and now - start > wall_limit:
+                timed_out = f"timeout after {wall_limit}s"
             elif now - clock.last_output > args.stall:
                 timed_out = (f"the guest printed nothing for {args.stall}s (a hang); "
                              f"its last line: {clock.last_line!r}")
@@ -284,6 +300,8 @@ def boot(args, flavour, kdir, cpio, log_path):
                 proc.wait()
                 break
             time.sleep(0.05)
+    if args.mode == "bench" and args.clock == "icount" and not timed_out:
+        record_bench_guest_total(args, clock.guest_now)
     return timed_out, time.monotonic() - start, clock.summary()
 
 
@@ -300,8 +318,10 @@ class SuiteClock:
     INIT = b"Run /init"
     SETUP = b"ibext-guest: setup done"
 
-    def __init__(self, start):
+    def __init__(self, start, progress=None):
         self.start = start
+        # Called with (what ended, guest seconds) as cases and steps end (make bench).
+        self.progress = progress
         self.partial = b""
         self.open = {}
         self.times = []
@@ -314,6 +334,8 @@ class SuiteClock:
         self.last_output = start
         self.last_line = ""
         self.longest_silence = (0.0, "")
+        # The guest's clock at its last line (seconds since boot).
+        self.guest_now = 0.0
 
     def feed(self, chunk):
         host_now = time.monotonic()
@@ -329,6 +351,8 @@ class SuiteClock:
             # lag behind the kernel, so the host's arrival time is only the fallback.
             ts = GUEST_TS.match(text)
             now = float(ts.group(1)) if ts else host_now - self.start
+            if ts:
+                self.guest_now = now
             line = TS.sub("", text).encode()
             if line.strip():
                 self.last_line = line.decode()[:160]
@@ -351,6 +375,8 @@ class SuiteClock:
             if m and self.suite:
                 self.cases.append((f"{self.suite}.{m.group(1).decode()}", now - self.case_mark))
                 self.case_mark = now
+                if self.progress:
+                    self.progress(self.cases[-1][0], now)
                 continue
             if self.SETUP in line:
                 self.steps.append(("guest setup (veth, 994 GIDs, rxe0, rxe1)", now - self.mark))
@@ -360,6 +386,8 @@ class SuiteClock:
             if m:
                 self.steps.append((m.group(1).decode()[:60], now - self.mark))
                 self.mark = now
+                if self.progress:
+                    self.progress(self.steps[-1][0], now)
                 continue
             m = self.KUNIT.search(line)
             if m:
@@ -553,6 +581,33 @@ def judge(args, log_path, timed_out):
     if done is None:
         res.fail("guest did not finish (no 'ibext-guest: done')")
     return res
+
+
+def bench_total_path(args):
+    """Where the guest time of the last complete benchmark run of this selection is kept."""
+    name = re.sub(r"[^\w.-]", "_", args.suite or "all")
+    cache = os.environ.get("IBEXT_CACHE", os.path.expanduser("~/.cache/ibext"))
+    return os.path.join(cache, f"bench-guest-seconds-{args.clock}-{name}")
+
+
+def bench_guest_total(args):
+    """The guest seconds the last complete run of this benchmark selection took, or None."""
+    try:
+        return float(open(bench_total_path(args)).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def record_bench_guest_total(args, guest_s):
+    if guest_s <= 0:
+        return
+    path = bench_total_path(args)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(f"{guest_s:.0f}\n")
+    except OSError:
+        pass
 
 
 def bench_report(args, log_path, stamp):
