@@ -139,7 +139,6 @@ out:
 	return ret;
 }
 
-/* Moves the QP to the error state: outstanding work requests are flushed. */
 /* Completions waiting in @cq, up to @n, through the driver's peek_cq (rxe has one). */
 int ibext_test_peek_cq(struct ib_cq *cq, int n)
 {
@@ -163,6 +162,7 @@ int ibext_test_srq_limit(struct ib_srq *srq)
 	return ret ?: attr.srq_limit;
 }
 
+/* Moves the QP to the error state: outstanding work requests are flushed. */
 int ibext_test_qp_to_error(struct ib_qp *qp)
 {
 	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
