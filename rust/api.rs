@@ -112,8 +112,7 @@ pub(crate) fn gid_find(
     ndev: NdevPtr,
 ) -> Result<GidAttr> {
     if crate::gid_index::core_scan_cheaper(dev) {
-        let gid = crate::bindings::ib_gid { raw: key.gid };
-        return gid::upstream_find_gid(dev, &gid, key.gid_type, port, ndev);
+        return gid::upstream_find_gid(dev, &key.gid, key.gid_type, port, ndev);
     }
     gid_find_hashed(dev, key, port, ndev)
 }
@@ -133,6 +132,5 @@ pub(crate) fn gid_find_hashed(
         return s.gid_index().find(&rcu, key, port, ndev);
     }
     drop(rcu);
-    let gid = crate::bindings::ib_gid { raw: key.gid };
-    gid::upstream_find_gid(dev, &gid, key.gid_type, port, ndev)
+    gid::upstream_find_gid(dev, &key.gid, key.gid_type, port, ndev)
 }

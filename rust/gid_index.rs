@@ -44,7 +44,6 @@ use crate::{
         percpu::PerCpuCounters,
         sync::{RcuBox, RcuGuard},
     },
-    bindings,
     ib::{
         event::{new_event_work, Event, EventWork, EventWorker},
         gid::{get_gid_attr, upstream_find_gid, GidAttr, NdevPtr},
@@ -369,13 +368,7 @@ impl GidIndex {
     ) -> Result<GidAttr> {
         if !p.indexed.load(Ordering::Acquire) {
             self.inc(Counter::Unindexed);
-            return upstream_find_gid(
-                self.device(),
-                &bindings::ib_gid { raw: key.gid },
-                key.gid_type,
-                Some(p.num),
-                ndev,
-            );
+            return upstream_find_gid(self.device(), &key.gid, key.gid_type, Some(p.num), ndev);
         }
         let mut stale = false;
         let mut snap_gen = 0;
@@ -411,13 +404,7 @@ impl GidIndex {
                 // work is allowed in atomic context, and a no-op while it is queued).
                 self.queue();
             }
-            return upstream_find_gid(
-                self.device(),
-                &bindings::ib_gid { raw: key.gid },
-                key.gid_type,
-                Some(p.num),
-                ndev,
-            );
+            return upstream_find_gid(self.device(), &key.gid, key.gid_type, Some(p.num), ndev);
         }
         self.inc(Counter::ConfirmedMisses);
         Err(ENOENT)

@@ -132,21 +132,22 @@ pub(crate) fn get_gid_attr(dev: &Device, port: u32, index: u32) -> Result<GidAtt
     unsafe { GidAttr::from_result(bindings::rdma_get_gid_attr(dev.as_raw(), port, index)) }
 }
 
-/// ib_core's own search for `gid` (as the caller passed it, not copied): `rdma_find_gid_by_port`
-/// on `port`, or `rdma_find_gid` on every port (`None`).
+/// ib_core's own search for `gid`: `rdma_find_gid_by_port` on `port`, or `rdma_find_gid` on
+/// every port (`None`).
 pub(crate) fn upstream_find_gid(
     dev: &Device,
-    gid: &bindings::ib_gid,
+    gid: &[u8; 16],
     gid_type: u32,
     port: Option<u32>,
     ndev: NdevPtr,
 ) -> Result<GidAttr> {
+    let gid = bindings::ib_gid { raw: *gid };
     // SAFETY: `dev` is registered (`Device` invariant) and `gid` outlives the call; `ndev` is
     // only compared.
     unsafe {
         GidAttr::from_result(match port {
-            Some(p) => bindings::rdma_find_gid_by_port(dev.as_raw(), gid, gid_type, p, ndev.0),
-            None => bindings::rdma_find_gid(dev.as_raw(), gid, gid_type, ndev.0),
+            Some(p) => bindings::rdma_find_gid_by_port(dev.as_raw(), &gid, gid_type, p, ndev.0),
+            None => bindings::rdma_find_gid(dev.as_raw(), &gid, gid_type, ndev.0),
         })
     }
 }

@@ -58,9 +58,16 @@ impl Finder {
                         core::ptr::null_mut(),
                     ))
                 },
-                Finder::Upstream => {
-                    crate::ib::gid::upstream_find_gid(dev, &gid, key.gid_type, None, NdevPtr::ANY)
-                }
+                // As a C ULP calls it, with its own `ib_gid` (no copy).
+                // SAFETY: `dev` is registered and held by the caller; `gid` outlives the call.
+                Finder::Upstream => unsafe {
+                    GidAttr::from_result(bindings::rdma_find_gid(
+                        dev.as_raw(),
+                        &gid,
+                        key.gid_type,
+                        core::ptr::null_mut(),
+                    ))
+                },
                 Finder::QueryLoop => query_loop(dev, key),
                 Finder::Hashed => crate::api::gid_find_hashed(dev, key, None, NdevPtr::ANY),
                 Finder::ConfirmOnly(port, index) => crate::ib::gid::get_gid_attr(dev, port, index),
