@@ -132,8 +132,9 @@ impl<T: ClientData> Client<T> {
         Ok(Registration(self))
     }
 
-    /// Runs `f` on the data of `dev` inside an RCU read-side critical section; `None` if the
-    /// client is not attached to `dev` or its `remove` has started.
+    /// Returns the data of `dev`, borrowed for the read-side critical section `rcu`; `None` if
+    /// the client is not attached to `dev` or its `remove` has started. Straight-line code, no
+    /// closure: the form of the GID lookup's hot path.
     ///
     /// The client data is read under RCU because it outlives nothing of ib_core's: 6.12's
     /// `ib_get_client_data()` is a plain `xa_load()`, and `remove_client_context()`
@@ -141,22 +142,6 @@ impl<T: ClientData> Client<T> {
     /// [`remove_one`] clears the entry itself (and its `fast` slot), waits for a grace period,
     /// and only then drops the reference the entry held: a caller that found the data inside
     /// its critical section used it, or took its own reference, before that.
-    ///
-    /// `f` also gets the critical section, so that what it reads under RCU needs no section of
-    /// its own.
-    pub(crate) fn with<R>(
-        &self,
-        dev: &Device,
-        f: impl FnOnce(ArcBorrow<'_, T>, &RcuGuard) -> R,
-    ) -> Option<R> {
-        let rcu = RcuGuard::new();
-        let data = self.get_in(dev, &rcu)?;
-        Some(f(data, &rcu))
-    }
-
-    /// Returns the data of `dev`, borrowed for the read-side critical section `rcu` (see
-    /// [`Client::with`]); `None` if the client is not attached to `dev` or its `remove` has
-    /// started. The form of the GID lookup's hot path: straight-line code, no closure.
     #[inline(always)]
     pub(crate) fn get_in<'g>(&self, dev: &Device, _rcu: &'g RcuGuard) -> Option<ArcBorrow<'g, T>> {
         if !self.registered.load(Ordering::Acquire) {
@@ -180,7 +165,8 @@ impl<T: ClientData> Client<T> {
     /// Returns a reference to the data of `dev`, or `None` if the client is not attached to it
     /// (or is being removed from it).
     pub(crate) fn get(&self, dev: &Device) -> Option<Arc<T>> {
-        self.with(dev, |s, _| s.into())
+        let rcu = RcuGuard::new();
+        self.get_in(dev, &rcu).map(Into::into)
     }
 
     /// Returns `dev`'s client data from `fast`, if it has a slot there. Called inside RCU.
@@ -297,7 +283,7 @@ unsafe extern "C" fn remove_one<T: ClientData>(dev: *mut bindings::ib_device, da
     // SAFETY: ib_core calls `remove` with the device still registered for its clients: its
     // refcount is held by `disable_device()` until every client is removed.
     let dev = unsafe { Device::from_raw(dev) };
-    // Unpublish before tearing down (see `Client::with`): new lookups find nothing, and the
+    // Unpublish before tearing down (see `Client::get_in`): new lookups find nothing, and the
     // grace period waits for lookups that found the data.
     // SAFETY: The client is registered and we are inside its `remove` for `dev`; storing NULL
     // does not allocate.
