@@ -392,6 +392,27 @@ pub(crate) unsafe extern "C" fn ibext_srq_pool_srq_ctx(
         .unwrap_or(core::ptr::null_mut())
 }
 
+/// C entry point of `ibext_srq_pool_set_posted()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `pool` is null or a pool not yet destroyed; `srq` is only compared.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_srq_pool_set_posted(
+    pool: *mut bindings::ibext_srq_pool,
+    srq: *mut bindings::ib_srq,
+    posted: c_uint,
+) -> c_int {
+    // SAFETY: The C contract.
+    let Some(pool) = (unsafe { srq_pool(pool) }) else {
+        return EINVAL.to_errno();
+    };
+    match pool.set_owner_posted(srq.cast_const().cast(), posted) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// C entry point of `ibext_srq_pool_repost()`; see `include/rdma/ibext.h`.
 ///
 /// # Safety

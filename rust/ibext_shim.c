@@ -386,3 +386,4 @@ EXPORT_SYMBOL_GPL(ibext_srq_pool_srq);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_set_srq_ctx);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_srq_ctx);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_repost);
+EXPORT_SYMBOL_GPL(ibext_srq_pool_set_posted);

@@ -137,6 +137,8 @@ pub(crate) struct SrqAttr {
     pub(crate) buf_size: u32,
     /// Managed buffers added by one growth step; 0: no growth.
     pub(crate) step: u32,
+    /// For an owner that posts its own receives (`nr_bufs` 0): how many it posts at creation.
+    pub(crate) owner_posted: u32,
 }
 
 /// What a [`RecvSrq`]'s owner does with its completed receives.
@@ -253,6 +255,11 @@ struct RecvSrqState<H: SrqHandler> {
     limit: AtomicU32,
     /// Set by a limit event, taken by the maintenance work.
     limit_hit: AtomicBool,
+    /// The receives an owner that posts its own says it keeps posted
+    /// ([`RecvSrq::set_owner_posted`]); 0 with managed buffers.
+    declared: AtomicU32,
+    /// `SrqAttr::max_wr`.
+    max_wr: u32,
     /// `SrqAttr::buf_size`.
     buf_size: u32,
     /// Growth steps, published and unpublished by the maintenance work under `phase`.
@@ -307,19 +314,19 @@ impl<H: SrqHandler> RecvSrq<H> {
                 lkey: pd.local_dma_lkey(),
                 limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
+                declared: AtomicU32::new(if attr.nr_bufs > 0 { 0 } else { attr.owner_posted }),
+                max_wr: attr.max_wr,
                 buf_size: attr.buf_size,
                 steps: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
                 closing: AtomicBool::new(false),
                 waited: AtomicBool::new(false),
                 pressure_task: AtomicUsize::new(0),
                 phase <- new_mutex!(
-                    Phase::Live(Growth::new(
-                        attr.step,
-                        attr.max_wr,
-                        attr.nr_bufs,
-                        attr.limit,
-                        now_ms()
-                    )),
+                    Phase::Live(if attr.nr_bufs > 0 {
+                        Growth::new(attr.step, attr.max_wr, attr.nr_bufs, attr.limit, now_ms())
+                    } else {
+                        Growth::owner_posted(attr.max_wr, attr.owner_posted, now_ms())
+                    }),
                     "RecvSrq::phase"
                 ),
                 bufs: {
@@ -430,6 +437,27 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// would wait for itself).
     pub(crate) fn in_own_pressure(&self) -> bool {
         self.0.pressure_task.load(Ordering::Acquire) == current_task()
+    }
+
+    /// For an SRQ whose owner posts its own receives: records that it now keeps `posted`
+    /// posted. The limit follows, at a quarter, armed by the maintenance work (at once, or when
+    /// the owner's `pressure` call returns if made from there); while `posted` is above what
+    /// the owner posted at creation, quiet periods tell it [`Pressure::Quiet`]. `EINVAL` for an
+    /// SRQ with managed buffers, or for `posted` 0 or above the SRQ's `max_wr`.
+    pub(crate) fn set_owner_posted(&self, posted: u32) -> Result {
+        if !self.0.bufs.is_empty() || posted == 0 || posted > self.0.max_wr {
+            return Err(EINVAL);
+        }
+        self.0.declared.store(posted, Ordering::Release);
+        if !self.in_own_pressure() {
+            self.0.kick();
+        }
+        Ok(())
+    }
+
+    /// Returns the receives the owner says it keeps posted (0 with managed buffers).
+    pub(crate) fn owner_posted(&self) -> u32 {
+        self.0.declared.load(Ordering::Acquire)
     }
 
     /// Returns the buffers the handler kept and has not given back.
@@ -839,6 +867,10 @@ impl<H: SrqHandler> Steps for StepsOf<'_, H> {
     fn held(&self) -> u32 {
         self.0.held()
     }
+
+    fn declared(&self) -> u32 {
+        self.0.declared.load(Ordering::Acquire)
+    }
 }
 
 /// Allocates and maps `n` buffers of `buf_size` bytes into `bufs`, whose capacity is reserved;
@@ -1073,6 +1105,7 @@ impl UlpPressure {
     pub(crate) fn call(&self, srq: &Srq, what: Pressure, posted: u32) {
         let what = match what {
             Pressure::Low => bindings::ibext_srq_pressure_IBEXT_SRQ_LOW,
+            Pressure::Quiet => bindings::ibext_srq_pressure_IBEXT_SRQ_QUIET,
             Pressure::Grown => bindings::ibext_srq_pressure_IBEXT_SRQ_GROWN,
             Pressure::Shrunk => bindings::ibext_srq_pressure_IBEXT_SRQ_SHRUNK,
         };

@@ -176,6 +176,7 @@ impl SrqPool {
             nr_bufs: if plan.buf_size > 0 { plan.srq_size } else { 0 },
             buf_size: plan.buf_size,
             step: plan.step,
+            owner_posted: if plan.buf_size > 0 { 0 } else { plan.srq_size },
         };
         for _ in 0..n {
             let slot = Slot {
@@ -329,6 +330,21 @@ impl Core {
             return None;
         }
         found.map(|s| s.handler().ctx.load(Ordering::Acquire))
+    }
+
+    /// For a pool whose ULP posts its own receives: records that it now keeps `posted` posted
+    /// on `srq` (see `RecvSrq::set_owner_posted`). `EINVAL` for a pool with managed buffers, a
+    /// count of 0 or above the SRQ's size, or an SRQ not of this pool (a caller bug: warned
+    /// once).
+    pub(crate) fn set_owner_posted(&self, srq: *const Srq, posted: u32) -> Result {
+        let found = self.srqs.iter().find(|s| core::ptr::eq(s.srq(), srq));
+        match found {
+            Some(s) => s.set_owner_posted(posted),
+            None => {
+                warn_on_once!(true, "ibext_srq_pool_set_posted: SRQ not of this pool");
+                Err(EINVAL)
+            }
+        }
     }
 
     /// Returns the managed buffers posted (or on their way back to the SRQ), over all SRQs.
@@ -492,12 +508,13 @@ impl Show for Core {
         for (i, s) in self.srqs.iter().enumerate() {
             write!(
                 m,
-                "srq {} refs {} bufs {} posted {} limit {} ",
+                "srq {} refs {} bufs {} posted {} limit {} owner_posted {} ",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
                 s.target(),
                 s.posted(),
                 s.armed_limit(),
+                s.owner_posted(),
             )?;
             s.stats().write(m)?;
             writeln!(m)?;

@@ -18,6 +18,7 @@ struct FakeSrq {
     steps: Vec<(u32, bool)>,
     armed: Vec<u32>,
     told: Vec<(Pressure, u32)>,
+    declared: u32,
     fail_add: bool,
     fail_arm: bool,
 }
@@ -66,6 +67,10 @@ impl Steps for FakeSrq {
 
     fn held(&self) -> u32 {
         self.own + self.steps.iter().map(|(n, _)| n).sum::<u32>()
+    }
+
+    fn declared(&self) -> u32 {
+        self.declared
     }
 }
 
@@ -174,27 +179,96 @@ fn held_aging_retires_nothing() {
     assert_eq!(s.target(), 512);
 }
 
+fn owner_posted(max_wr: u32, posted: u32) -> (Growth, FakeSrq) {
+    let g = Growth::owner_posted(max_wr, posted, 0);
+    let s = FakeSrq {
+        declared: posted,
+        ..Default::default()
+    };
+    (g, s)
+}
+
 #[test]
 fn an_owner_posted_srq_is_told_and_rearmed_where_it_was() {
-    let mut g = Growth::new(0, 1024, 0, 64, 0);
-    let mut s = FakeSrq::default();
+    let (mut g, mut s) = owner_posted(1024, 256);
     let ran = g.run(&mut s, true, 5, Some(5));
     assert!(!ran.grown && !ran.grow_failed);
     assert_eq!(s.told, vec![(Pressure::Low, 1024)]);
     assert_eq!(s.armed, vec![64]);
     assert_eq!(ran.again_in_ms, None);
-    // Quiet periods change nothing for it.
+    // Quiet periods change nothing for an owner that posts what it posted at creation.
     let ran = g.run(&mut s, false, 5 + 3 * AGE_MS, Some(5 + 3 * AGE_MS));
     assert_eq!(ran, Ran::default());
+    assert_eq!(s.told.len(), 1);
 }
 
 #[test]
 fn an_owner_posted_srq_without_a_limit_arms_none() {
-    let mut g = Growth::new(0, 2, 0, 0, 0);
-    let mut s = FakeSrq::default();
+    let (mut g, mut s) = owner_posted(2, 2);
     let ran = g.run(&mut s, true, 1, Some(1));
     assert!(!ran.arm_failed);
     assert!(s.armed.is_empty());
+}
+
+/// The owner posts a step more when told `Low` (here between runs, as it would inside the
+/// callback) and says so: the limit follows at a quarter, on the event's run or, said outside
+/// it, on the next.
+#[test]
+fn the_limit_follows_what_the_owner_says_it_posts() {
+    let (mut g, mut s) = owner_posted(1024, 64);
+    g.run(&mut s, true, 10, Some(10));
+    assert_eq!(s.armed, vec![16]);
+    s.declared = 128;
+    // Said outside the callback: the run it kicks re-arms; one more changes nothing.
+    let ran = g.run(&mut s, false, 20, Some(20));
+    assert_eq!(s.armed, vec![16, 32]);
+    assert!(!ran.shrunk && !ran.arm_failed);
+    assert_eq!(ran.again_in_ms, Some(AGE_MS - 10));
+    g.run(&mut s, false, 30, Some(30));
+    assert_eq!(s.armed, vec![16, 32]);
+    // The next event re-arms at what is said now.
+    s.declared = 192;
+    g.run(&mut s, true, 40, Some(40));
+    assert_eq!(s.armed, vec![16, 32, 48]);
+    assert_eq!(s.told, vec![(Pressure::Low, 1024), (Pressure::Low, 1024)]);
+}
+
+/// An owner that posts more than at creation hears `Quiet` once per quiet period, and no more
+/// once it is back where it started.
+#[test]
+fn a_grown_owner_hears_quiet_once_per_period() {
+    let (mut g, mut s) = owner_posted(1024, 64);
+    s.declared = 192;
+    g.run(&mut s, true, 0, Some(0));
+    assert_eq!(s.armed, vec![48]);
+    // Not yet quiet for a whole period.
+    let ran = g.run(&mut s, false, AGE_MS - 1, Some(AGE_MS - 1));
+    assert!(!ran.shrunk);
+    assert_eq!(ran.again_in_ms, Some(1));
+    let ran = g.run(&mut s, false, AGE_MS, Some(AGE_MS));
+    assert!(ran.shrunk);
+    assert_eq!(s.told.last(), Some(&(Pressure::Quiet, 192)));
+    // The owner gives a step back inside the callback: the same run re-arms.
+    s.declared = 128;
+    g.run(&mut s, false, AGE_MS, Some(AGE_MS));
+    assert_eq!(s.armed, vec![48, 32]);
+    // The next notice needs another whole period.
+    let ran = g.run(&mut s, false, 2 * AGE_MS - 1, Some(2 * AGE_MS - 1));
+    assert!(!ran.shrunk);
+    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS));
+    assert!(ran.shrunk);
+    s.declared = 64;
+    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS));
+    assert_eq!(s.armed, vec![48, 32, 16]);
+    assert_eq!(ran.again_in_ms, None);
+    let ran = g.run(&mut s, false, 9 * AGE_MS, Some(9 * AGE_MS));
+    assert_eq!(ran, Ran::default());
+    let quiets = s.told.iter().filter(|(w, _)| *w == Pressure::Quiet).count();
+    assert_eq!(quiets, 2);
+    // Held aging tells nothing.
+    s.declared = 128;
+    let ran = g.run(&mut s, false, 20 * AGE_MS, None);
+    assert!(!ran.shrunk);
 }
 
 #[test]
@@ -210,11 +284,8 @@ fn a_failed_step_is_reported_and_the_limit_rearmed() {
 
 #[test]
 fn a_refused_arm_keeps_the_old_limit() {
-    let mut g = Growth::new(0, 1024, 0, 64, 0);
-    let mut s = FakeSrq {
-        fail_arm: true,
-        ..Default::default()
-    };
+    let (mut g, mut s) = owner_posted(1024, 256);
+    s.fail_arm = true;
     let ran = g.run(&mut s, true, 1, Some(1));
     assert!(ran.arm_failed);
     s.fail_arm = false;

@@ -233,11 +233,16 @@ enum ibext_recv_action {
  *	the number it now keeps posted
  * @IBEXT_SRQ_SHRUNK: no limit event for 60 s: ibext gives a step of managed
  *	buffers back as they return; @posted is the number it now keeps posted
+ * @IBEXT_SRQ_QUIET: no limit event for 60 s on an SRQ whose receives the ULP
+ *	posts and on which it said (ibext_srq_pool_set_posted()) it keeps more
+ *	posted than @srq_size: it may give some back, as they return, and say
+ *	so again; @posted is the number it last said.  Once per quiet period.
  */
 enum ibext_srq_pressure {
 	IBEXT_SRQ_LOW,
 	IBEXT_SRQ_GROWN,
 	IBEXT_SRQ_SHRUNK,
+	IBEXT_SRQ_QUIET,
 };
 
 /**
@@ -414,6 +419,29 @@ void *ibext_srq_pool_srq_ctx(struct ibext_srq_pool *pool, struct ib_srq *srq);
  * is then counted as lost).
  */
 int ibext_srq_pool_repost(struct ibext_srq_pool *pool, struct ib_cqe *cqe);
+
+/**
+ * ibext_srq_pool_set_posted() - Say how many receives a ULP keeps posted
+ * @pool: a pool whose ULP posts its own receives (@buf_size 0)
+ * @srq: one of its SRQs
+ * @posted: the receives the ULP now keeps posted on @srq, 1 to the pool's
+ *	max_srq_size
+ *
+ * The pool is made assuming @srq_size receives posted on each SRQ.  A ULP
+ * that posts more when it hears IBEXT_SRQ_LOW, or gives some back when it
+ * hears IBEXT_SRQ_QUIET, says so here: ibext re-arms the SRQ's limit at a
+ * quarter of @posted (from its maintenance work: at once, or when the
+ * @pressure call it is made from returns), and while @posted is above
+ * @srq_size, a quiet period tells the ULP IBEXT_SRQ_QUIET.  Receives given
+ * back that are still posted come back only as messages consume them.
+ *
+ * Context: any, including the pool's @pressure callback.
+ * Return: 0; -EINVAL for a NULL @pool, a pool with managed buffers, @posted
+ * 0 or above max_srq_size, or an @srq not of @pool (a caller bug: warned
+ * once).
+ */
+int ibext_srq_pool_set_posted(struct ibext_srq_pool *pool, struct ib_srq *srq,
+			      unsigned int posted);
 
 /**
  * ibext_srq_pool_destroy() - Destroy a pool whose SRQs are no longer used

@@ -10,12 +10,16 @@
 //! engine's passes.
 //!
 //! - A limit event (fewer receives posted than the limit) adds a step, up to the SRQ's cap,
-//!   and arms the limit again at a quarter of what is now meant to be posted. An SRQ whose
-//!   receives the owner posts grows nothing: the owner is told ([`Pressure::Low`]) and the
-//!   limit is armed where it was.
+//!   and arms the limit again at a quarter of what is now meant to be posted.
 //! - Once no limit event has come for an aging period ([`AGE_MS`]), the newest step retires,
 //!   one step per quiet period, and the limit follows what is meant to be posted.
 //! - While grown, the work looks again when a quiet period could have passed.
+//!
+//! An SRQ whose receives the owner posts grows nothing itself. The owner says how many it keeps
+//! posted ([`Steps::declared`]; at first what it posted at creation), and the limit follows
+//! that, at a quarter. A limit event tells it [`Pressure::Low`] (it may post more); once no
+//! limit event has come for an aging period while it keeps more posted than at creation, it is
+//! told [`Pressure::Quiet`] (it may give some back), one quiet period at a time.
 
 use super::{
     cq_pool::AGE_MS,
@@ -32,6 +36,9 @@ pub(crate) enum Pressure {
     Grown,
     /// The pressure is gone: ibext gives a step of managed buffers back as they return.
     Shrunk,
+    /// The pressure is gone on an SRQ whose receives the owner posts, and which holds more than
+    /// the owner posted at creation: it may give some back.
+    Quiet,
 }
 
 /// What [`Growth`] does to an SRQ: the mechanism's side. Called from the maintenance work only,
@@ -50,6 +57,9 @@ pub(crate) trait Steps {
     fn target(&self) -> u32;
     /// The managed buffers held in all: the SRQ's own and every step's, retiring or not.
     fn held(&self) -> u32;
+    /// The receives the owner says it keeps posted, on an SRQ whose receives it posts (0 for
+    /// managed buffers).
+    fn declared(&self) -> u32;
 }
 
 /// What one [`Growth::run`] did.
@@ -59,7 +69,8 @@ pub(crate) struct Ran {
     pub(crate) grown: bool,
     /// A step was wanted and could not be made.
     pub(crate) grow_failed: bool,
-    /// A step was marked retiring.
+    /// A step was marked retiring, or the owner that posts the receives was told it may give
+    /// some back.
     pub(crate) shrunk: bool,
     /// The limit was to be armed again and the device refused.
     pub(crate) arm_failed: bool,
@@ -72,7 +83,7 @@ pub(crate) struct Ran {
 /// # Invariants
 ///
 /// `limit` is the limit armed last (0: none armed); `last_pressure_ms` is not after the `now`
-/// of any later run.
+/// of any later run; `own` and `base` are not both non-zero.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Growth {
     /// Managed buffers a step adds (0: the SRQ does not grow).
@@ -81,6 +92,8 @@ pub(crate) struct Growth {
     max_wr: u32,
     /// The SRQ's own managed buffers (0: the owner posts the receives).
     own: u32,
+    /// The receives the owner posted at creation, if it posts them (0: managed buffers).
+    base: u32,
     /// The limit armed last.
     limit: u32,
     /// When the last limit event (or retirement) was acted on, in milliseconds.
@@ -95,7 +108,21 @@ impl Growth {
             step,
             max_wr,
             own,
+            base: 0,
             limit,
+            last_pressure_ms: now_ms,
+        }
+    }
+
+    /// The state of an SRQ made at `now_ms` with room for `max_wr` receives, of which its owner
+    /// posted `posted` itself, with the limit armed at [`limit_for`]`(posted)`.
+    pub(crate) fn owner_posted(max_wr: u32, posted: u32, now_ms: u64) -> Self {
+        Growth {
+            step: 0,
+            max_wr,
+            own: 0,
+            base: posted,
+            limit: limit_for(posted),
             last_pressure_ms: now_ms,
         }
     }
@@ -125,6 +152,17 @@ impl Growth {
                 }
             }
             ran.arm_failed = !self.rearm(s);
+        } else if self.own == 0 {
+            if s.declared() > self.base && self.quiet_at(aging_now) >= AGE_MS {
+                // One notice per quiet period, as one step retires per period.
+                self.last_pressure_ms = now;
+                ran.shrunk = true;
+                s.tell(Pressure::Quiet, s.declared());
+            }
+            // The owner said it posts more, or fewer, receives than the limit was armed for.
+            if self.limit != self.wanted_limit(s) {
+                ran.arm_failed = !self.rearm(s);
+            }
         } else if self.quiet_at(aging_now) >= AGE_MS && s.retire_newest() > 0 {
             // One step per quiet period: the next goes only if the quiet lasts another.
             self.last_pressure_ms = now;
@@ -133,7 +171,12 @@ impl Growth {
             ran.arm_failed = !self.rearm(s);
         }
         // While grown, look again once a quiet period could have passed, on the real clock.
-        if s.target() > self.own {
+        let grown = if self.own == 0 {
+            s.declared() > self.base
+        } else {
+            s.target() > self.own
+        };
+        if grown {
             let quiet = now.saturating_sub(self.last_pressure_ms);
             ran.again_in_ms = Some(AGE_MS.saturating_sub(quiet).max(1));
         }
@@ -145,14 +188,19 @@ impl Growth {
         aging_now.map_or(0, |t| t.saturating_sub(self.last_pressure_ms))
     }
 
-    /// Arms the limit again: at a quarter of the managed buffers meant to be posted, or where
-    /// it was for receives the owner posts. Returns false if the device refused.
-    fn rearm<S: Steps>(&mut self, s: &mut S) -> bool {
-        let limit = if self.own == 0 {
-            self.limit
+    /// The limit for what is meant to be posted now: a quarter of the managed buffers, or of the
+    /// receives the owner says it posts.
+    fn wanted_limit<S: Steps>(&self, s: &S) -> u32 {
+        if self.own == 0 {
+            limit_for(s.declared())
         } else {
             limit_for(s.target())
-        };
+        }
+    }
+
+    /// Arms the limit again, at [`Growth::wanted_limit`]. Returns false if the device refused.
+    fn rearm<S: Steps>(&mut self, s: &mut S) -> bool {
+        let limit = self.wanted_limit(s);
         if limit == 0 {
             return true;
         }

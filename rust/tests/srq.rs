@@ -20,8 +20,8 @@ use crate::{
     bindings,
     capi::{
         ibext_srq_pool_create, ibext_srq_pool_destroy, ibext_srq_pool_get, ibext_srq_pool_nr_srqs,
-        ibext_srq_pool_put, ibext_srq_pool_repost, ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq,
-        ibext_srq_pool_srq_ctx,
+        ibext_srq_pool_put, ibext_srq_pool_repost, ibext_srq_pool_set_posted,
+        ibext_srq_pool_set_srq_ctx, ibext_srq_pool_srq, ibext_srq_pool_srq_ctx,
     },
     engine::PollCtx,
     ib::{verbs::Pd as PdView, Device},
@@ -332,7 +332,10 @@ fn ulp_posted_pool_hears_low() -> TestResult {
         dev.device(),
         QPS,
         PER_QP,
-        Recv::PoolUlp { depth: DEPTH },
+        Recv::PoolUlp {
+            depth: DEPTH,
+            max: 0,
+        },
         64,
     )
     .map_err(|_| Failed)?;
@@ -355,6 +358,100 @@ fn ulp_posted_pool_hears_low() -> TestResult {
     Ok(())
 }
 
+/// A pool without managed buffers whose ULP says it keeps more receives posted than it made the
+/// pool with (`ibext_srq_pool_set_posted`, as the nvmet port does after a step of commands):
+/// the limit follows at a quarter; a quiet period later only that SRQ hears `IBEXT_SRQ_QUIET`,
+/// once, and what the ULP says from inside that call re-arms in the same run. Bad input is
+/// refused. Forced: the maintenance runs and the quiet periods are the test's.
+fn ulp_posted_pool_follows_what_the_ulp_posts() -> TestResult {
+    const DEPTH: u32 = 16;
+    const MAX: u32 = 64;
+    const QUIET: usize = bindings::ibext_srq_pressure_IBEXT_SRQ_QUIET as usize;
+    let dev = required(c_str!("rxe0"))?;
+    let f = Fleet::new(
+        dev.device(),
+        1,
+        16,
+        Recv::PoolUlp {
+            depth: DEPTH,
+            max: MAX,
+        },
+        64,
+    )
+    .map_err(|_| Failed)?;
+    let raw = f.pool.as_ref().map(|p| p.0).ok_or(Failed)?;
+    let pool = f.pool()?;
+    // SAFETY: A live pool; SRQ 0 exists.
+    let srq0 = unsafe { ibext_srq_pool_srq(raw, 0) };
+    kassert_eq!(pool.armed_limit(0), Some(DEPTH / 4));
+    // SAFETY: A live pool and one of its SRQs.
+    kassert_eq!(unsafe { ibext_srq_pool_set_posted(raw, srq0, 48) }, 0);
+    pool.test_run_maintenance();
+    kassert_eq!(pool.armed_limit(0), Some(12));
+    f.post_range(0, 0..8)?;
+    kassert!(wait_for(30_000, || f.rx.received.load(Ordering::Acquire) == 8));
+    // A quiet period later: SRQ 0 alone hears it, with what was said; from inside the call
+    // the ULP says 32, which the same run arms.
+    f.rx.declare.store(32, Ordering::Release);
+    f.rx.declare_pool.store(raw, Ordering::Release);
+    pool.test_maintain_a_period_later();
+    f.rx.declare_pool
+        .store(core::ptr::null_mut(), Ordering::Release);
+    kassert_eq!(f.rx.pressure[QUIET].load(Ordering::Acquire), 1);
+    kassert_eq!(f.rx.last_posted.load(Ordering::Acquire), 48);
+    kassert_eq!(pool.armed_limit(0), Some(8));
+    kassert_eq!(f.rx.bad.load(Ordering::Acquire), 0);
+    // Back where it started: no more notices, the limit where it was at creation.
+    // SAFETY: As above.
+    kassert_eq!(unsafe { ibext_srq_pool_set_posted(raw, srq0, DEPTH) }, 0);
+    pool.test_run_maintenance();
+    kassert_eq!(pool.armed_limit(0), Some(DEPTH / 4));
+    pool.test_maintain_a_period_later();
+    kassert_eq!(f.rx.pressure[QUIET].load(Ordering::Acquire), 1);
+    // Traffic still arrives exactly once.
+    f.post_range(0, 8..16)?;
+    kassert!(wait_for(30_000, || f.rx.received.load(Ordering::Acquire) == 16));
+    kassert_eq!(f.rx.dups.load(Ordering::Acquire), 0);
+
+    let einval = EINVAL.to_errno();
+    // SAFETY: Null or live pools; bad counts and foreign SRQs are what is tested.
+    unsafe {
+        kassert_eq!(
+            ibext_srq_pool_set_posted(core::ptr::null_mut(), srq0, 8),
+            einval
+        );
+        bad_input_ok("srq_set_posted.null_pool");
+        kassert_eq!(ibext_srq_pool_set_posted(raw, srq0, 0), einval);
+        bad_input_ok("srq_set_posted.zero");
+        kassert_eq!(ibext_srq_pool_set_posted(raw, srq0, MAX + 1), einval);
+        bad_input_ok("srq_set_posted.over_max");
+    }
+    kassert_eq!(pool.armed_limit(0), Some(DEPTH / 4));
+    // A pool with managed buffers posts its own: refused, nothing warned.
+    let pd = Pd::new(dev.device()).map_err(|_| Failed)?;
+    let rx = Rx::new(1, 1).map_err(|_| Failed)?;
+    let managed = Pool::create(&pd, &attr(1, 4, 64, Some(&rx))).map_err(|_| Failed)?;
+    // SAFETY: A live pool.
+    let msrq = unsafe { ibext_srq_pool_srq(managed.0, 0) };
+    // SAFETY: A live pool and one of its SRQs.
+    let r = unsafe { ibext_srq_pool_set_posted(managed.0, msrq, 4) };
+    kassert_eq!(r, einval);
+    bad_input_ok("srq_set_posted.managed");
+    // An SRQ of another pool is a caller bug: warned once.
+    let mut got = 0;
+    let warned = expect_warnings(|| {
+        // SAFETY: A live pool; the SRQ is only compared.
+        got = unsafe { ibext_srq_pool_set_posted(raw, msrq, 8) };
+    });
+    kassert_eq!(warned, 1);
+    kassert_eq!(got, einval);
+    bad_input_ok("srq_set_posted.foreign");
+    kassert_eq!(pool.armed_limit(0), Some(DEPTH / 4));
+    drop(managed);
+    drop(f);
+    Ok(())
+}
+
 /// A pool without managed buffers, for a ULP that posts its own receives (as nvmet-rdma does):
 /// its SRQ count and each SRQ are reachable, each SRQ carries the ULP's context, found again from
 /// the SRQ `ibext_srq_pool_get` gave a QP, and traffic arrives exactly once in the ULP's own
@@ -369,7 +466,10 @@ fn ulp_posted_receives() -> TestResult {
         dev.device(),
         QPS,
         PER_QP,
-        Recv::PoolUlp { depth: DEPTH },
+        Recv::PoolUlp {
+            depth: DEPTH,
+            max: 0,
+        },
         64,
     )
     .map_err(|_| Failed)?;
@@ -1088,8 +1188,17 @@ fn handler_in_flight_checks(mut f: Fleet, ctx: PollCtx) -> TestResult {
 fn pressure_callback_destroying_its_pool() -> TestResult {
     const DEPTH: u32 = 16;
     let dev = required(c_str!("rxe0"))?;
-    let mut f = Fleet::new(dev.device(), 1, DEPTH, Recv::PoolUlp { depth: DEPTH }, 64)
-        .map_err(|_| Failed)?;
+    let mut f = Fleet::new(
+        dev.device(),
+        1,
+        DEPTH,
+        Recv::PoolUlp {
+            depth: DEPTH,
+            max: 0,
+        },
+        64,
+    )
+    .map_err(|_| Failed)?;
     let parking = Parking::arm(Point::SrqMaintain, core::ptr::null());
     for e in f.engines() {
         e.test_hold();
@@ -1150,6 +1259,7 @@ kunit_suite!(
         limit_events_are_counted,
         srq_grows_under_pressure_and_shrinks,
         ulp_posted_pool_hears_low,
+        ulp_posted_pool_follows_what_the_ulp_posts,
         allocation_failure_unwinds,
         link_delete_after_cleanup,
     ]
