@@ -36,6 +36,7 @@ METRICS = {
     "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
     "drain_ns", "ns_per_completion",
     "ios", "srq_limit_events", "srq_limit_arms", "srq_limit_arms_total",
+    "rnr_naks", "rnr_naks_per_io",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -132,6 +133,17 @@ class Goal:
         return f"{'>=' if self.op == 'ge' else '<='} {self.bound:g}"
 
 
+class DiffGoal(Goal):
+    """A difference `num - den` of `metric` instead of a ratio: for counts whose baseline may
+    be 0 (RNR NAKs per I/O), where a ratio says nothing."""
+
+    def ratios(self, reps):
+        sides = (self.num,) + self.den
+        return [s[self.num][self.metric] - self.best(s[d][self.metric] for d in self.den)
+                for _, s in sorted(reps.items())
+                if all(d in s and self.metric in s[d] for d in sides)]
+
+
 def _sort_key(case):
     return tuple((k, (0, v) if isinstance(v, (int, float)) else (1, str(v))) for k, v in case)
 
@@ -172,8 +184,13 @@ GOALS = [
          "ibext", "upstream", "ge", 1.0),
     Goal("NVMe/RDMA completion events per I/O, ports / upstream's modules", "nvme",
          "events_per_io", "ibext", "upstream", "le", 1.0),
+    DiffGoal("NVMe/RDMA RNR NAKs per I/O, ports - upstream's modules (1% of I/Os)", "nvme",
+             "rnr_naks_per_io", "ibext", "upstream", "le", 0.01),
     Goal("NVMe/RDMA target receive bytes, port / upstream with use_srq=1", "nvme_mem",
          "target_recv_bytes", "ibext", "upstream_srq", "le", 1.0),
+    Goal("NVMe/RDMA target receive bytes at one host queue, port / upstream without SRQ",
+         "nvme_mem", "target_recv_bytes", "ibext", "upstream", "le", 1.0,
+         select=lambda c, cs: c["host_queues"] == 1),
 ]
 
 
@@ -193,7 +210,8 @@ def print_medians(rows):
     print("Per setup, the median over the repetitions:")
     print_table([r for r in med if r.get("bench") == "nvme"],
                 ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
-                 "events_per_io", "ios", "srq_limit_arms_total", "srq_limit_events", "srq_limit_arms"])
+                 "events_per_io", "rnr_naks_per_io", "ios", "srq_limit_arms_total",
+                 "srq_limit_events", "srq_limit_arms"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],

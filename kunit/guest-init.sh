@@ -331,6 +331,13 @@ fio_verify() {
 	log "# nvme: fio $what, $nj jobs at depth $depth over ${NS_MB} MiB: every block verified"
 }
 
+# RNR NAKs the responders of every rxe device have sent: a receive arrived
+# with no receive posted (on an SRQ: the SRQ ran dry).
+rnr_naks() {
+	cat /sys/class/infiniband/rxe*/ports/*/hw_counters/send_rnr_err 2>/dev/null |
+		awk '{ n += $1 } END { print n + 0 }'
+}
+
 # The ports' queues hold entries on the pooled CQs and the target's SRQ pool.
 cqes_in_use() { awk '$6 == "used" { n += $7 } END { print n + 0 }' $D/$NVME_RXE/cq_pools; }
 nvme_uses_ibext() {
@@ -348,7 +355,69 @@ gid_of_nvme_addr() { grep -qs "ffff:0a0c:0001" /sys/class/infiniband/$NVME_RXE/p
 nvme_verify() {
 	insmod /ibext/ibext.ko && nvme_target_up && nvme_up || return 1
 	nvme_uses_ibext || return 1
-	fio_verify 1 1 write && fio_verify 4 32 write && fio_verify 2 8 write
+	fio_verify 1 1 write
+}
+nvme_verify_deep() { fio_verify 4 32 write && fio_verify 2 8 write; }
+
+# The target's SRQs follow the load (ulp/nvmet-rdma.patch): each starts with
+# srq_start commands, posts a step more when ibext says IBEXT_SRQ_LOW, and
+# retires one when it says IBEXT_SRQ_QUIET, a quiet period (60 s) after the
+# last limit event. Forced: a second namespace on a null_blk device that
+# completes each I/O 5 s after it arrives holds every command of a fio at
+# the target, 7/8 of srq_start on one SRQ: past the limit (a quarter of what
+# is posted), so the SRQ must grow, by a step as large as what it holds,
+# after which the limit is not reached again; and below srq_start, so no
+# command finds the SRQ empty. No RNR NAK may be sent: over rxe one ends
+# nvme-rdma's connection (see ulp/nvmet-rdma.patch), which the step also
+# checks for (no error recovery of the host). What each SRQ holds is what the port said last
+# (ibext_srq_pool_set_posted()), shown as owner_posted in ibext's debugfs.
+NVME_HOLD_NS=2
+# srq_said <max|min>: the largest or smallest owner_posted over the SRQs.
+srq_said() {
+	cat $D/$NVME_RXE/srq_pool.*/stats |
+		awk -v w=$1 '/^srq / { for (i = 1; i < NF; i++) if ($i == "owner_posted") {
+			v = $(i + 1); if (n++ == 0 || (w == "max" ? v > m : v < m)) m = v } }
+			END { print m + 0 }'
+}
+srq_all_at() { [ "$(srq_said max)" = "$1" ] && [ "$(srq_said min)" = "$1" ]; }
+held_dev() {
+	for b in /sys/block/nvme*n$NVME_HOLD_NS; do
+		[ -e "$b" ] && echo /dev/${b##*/} && return 0
+	done
+	return 1
+}
+no_held_dev() { ! held_dev >/dev/null; }
+# The host's error recoveries so far (each is a reconnect).
+recoveries() { dmesg | grep -c 'nvme nvme[0-9]*: starting error recovery'; }
+nvme_srq_elastic() {
+	start=$(cat /sys/module/nvmet_rdma_ibext/parameters/srq_start) || return 1
+	srq_all_at $start || { echo "SRQs not at srq_start $start"; cat $D/$NVME_RXE/srq_pool.*/stats; return 1; }
+	B1=$CFS/nullb/nullb1 N2=$CFS/nvmet/subsystems/$NQN/namespaces/$NVME_HOLD_NS
+	mkdir $B1 && echo 4 > $B1/size && echo 4096 > $B1/blocksize && echo 2 > $B1/irqmode &&
+		echo 5000000000 > $B1/completion_nsec && echo 256 > $B1/hw_queue_depth &&
+		echo 1 > $B1/power || return 1
+	mkdir $N2 && echo /dev/nullb1 > $N2/device_path && echo 1 > $N2/enable || return 1
+	wait_for 120 "namespace $NVME_HOLD_NS on the host" held_dev >/dev/null || return 1
+	le0=$(nb_srq limit_events) rnr0=$(rnr_naks) rec0=$(recoveries)
+	hold=$((start * 7 / 8))
+	out=$(fio --name=held --filename="$(held_dev)" --direct=1 --ioengine=libaio --bs=4k \
+		--rw=randread --numjobs=1 --iodepth=$hold --number_ios=$hold --size=4M --minimal) ||
+		{ echo "$out"; return 1; }
+	echo "$out" | awk -F';' '$5 != 0 { bad = 1 } END { exit bad }' || { echo "$out"; return 1; }
+	grown=$(srq_said max) le=$(($(nb_srq limit_events) - le0)) rnr=$(($(rnr_naks) - rnr0))
+	rec=$(($(recoveries) - rec0))
+	log "# nvme: $hold held commands: $le SRQ limit events, an SRQ grew from $start to $grown, $rnr RNR NAKs, $rec host error recoveries"
+	echo 0 > $N2/enable && rmdir $N2 || return 1
+	wait_for 120 "namespace $NVME_HOLD_NS gone from the host" no_held_dev || return 1
+	echo 0 > $B1/power && rmdir $B1 || return 1
+	[ $le -gt 0 ] && [ $grown -ge $((2 * start)) ] && [ $rnr = 0 ] && [ $rec = 0 ] ||
+		{ echo "no growth, or RNR NAKs or a reconnect"; cat $D/$NVME_RXE/srq_pool.*/stats; return 1; }
+	# One step per quiet period (60 s after the last limit event).
+	wait_for $(((grown / start) * 70 + 60)) "SRQs back at $start after quiet periods" \
+		srq_all_at $start || { cat $D/$NVME_RXE/srq_pool.*/stats; return 1; }
+	log "# nvme: every SRQ back at $start commands after the quiet periods"
+	# The retired steps' commands come back as commands consume them.
+	fio_verify 1 1 verify
 }
 
 NVME_RECONNECTS=3
@@ -403,7 +472,9 @@ nvme_unload() {
 }
 
 nvme_steps() {
-	step "NVMe over RDMA on ibext: connect, fio verified at depths 1, 32, 8" nvme_verify
+	step "NVMe over RDMA on ibext: connect, fio verified at depth 1" nvme_verify
+	step "NVMe over RDMA on ibext: the target's SRQs grow under held commands, give back when quiet" nvme_srq_elastic
+	step "NVMe over RDMA on ibext: fio verified at depths 32, 8" nvme_verify_deep
 	step "NVMe over RDMA on ibext: $NVME_RECONNECTS reconnects, data verified after each" nvme_reconnect
 	step "NVMe over RDMA on ibext: $NVME_RXE deleted under fio, re-added, verified again" nvme_link_delete
 	step "NVMe over RDMA on ibext: disconnect and unload, nothing left" nvme_unload
@@ -448,23 +519,23 @@ nb_srq() {
 # nb_point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line.
 nb_point() {
 	dev=$(nvme_dev) || return 1
-	le0=$(nb_srq limit_events) la0=$(nb_srq limit_arms)
+	le0=$(nb_srq limit_events) la0=$(nb_srq limit_arms) rnr0=$(rnr_naks)
 	ev0=$(nb_events) io0=$(io_done ${dev##*/})
 	out=$(fio --name=nb --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
 		--rw=randread --numjobs=$4 --iodepth=$5 --size=${NS_MB}M --time_based \
 		--ramp_time=1 --runtime=$NB_SECS --percentile_list=99 --group_reporting \
 		--minimal) || { echo "$out"; return 1; }
 	ev1=$(nb_events) io1=$(io_done ${dev##*/})
-	le1=$(nb_srq limit_events) la1=$(nb_srq limit_arms)
+	le1=$(nb_srq limit_events) la1=$(nb_srq limit_arms) rnr1=$(rnr_naks)
 	# --minimal: field 8 is read IOPS; the first "99.000000%=" field is the read
 	# completion latency's p99 in microseconds. Events and I/Os are counted over
 	# the same window (the ramp included).
 	echo "$out" | awk -F';' -v s=$1 -v r=$2 -v o=$3 -v j=$4 -v d=$5 -v ev=$((ev1 - ev0)) \
 		-v ios=$((io1 - io0)) -v le=$((le1 - le0)) -v la=$((la1 - la0)) \
-		-v lt=$la1 '
+		-v lt=$la1 -v rnr=$((rnr1 - rnr0)) '
 		$5 != 0 { exit 1 }
 		{ for (i = 18; i <= NF; i++) if ($i ~ /^99\.0+%=/) { split($i, p, "="); break }
-		  printf "ibext-bench: {\"bench\":\"nvme\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"srq_limit_events\":%d,\"srq_limit_arms\":%d,\"srq_limit_arms_total\":%d,\"ios\":%d}\n", s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), le, la, lt, ios }' \
+		  printf "ibext-bench: {\"bench\":\"nvme\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"srq_limit_events\":%d,\"srq_limit_arms\":%d,\"srq_limit_arms_total\":%d,\"ios\":%d,\"rnr_naks\":%d,\"rnr_naks_per_io\":%.5f}\n", s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), le, la, lt, ios, rnr, (ios ? rnr / ios : 0) }' \
 		> /dev/kmsg || { echo "fio: $out"; return 1; }
 }
 nb_setup() {

@@ -118,7 +118,7 @@ GUEST = re.compile(r"^ibext-guest: (.*)$")
 GUEST_SUITES = {"ibext_guest", "ibext_nvme"}
 # Guest steps a full `make check` (or SUITE=ibext_nvme) must have run, by the start of their
 # description, and how many of each.
-REQUIRED_STEPS = {"NVMe over RDMA on ibext": 4}
+REQUIRED_STEPS = {"NVMe over RDMA on ibext": 6}
 
 
 def sh(cmd, **kw):

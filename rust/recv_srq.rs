@@ -23,6 +23,11 @@
 //! unpublishes the step, waits for an RCU grace period, and frees it). A retiring step's
 //! buffers still posted come back only as messages consume them.
 //!
+//! An SRQ whose owner posts its own receives has no steps: the owner says how many it keeps
+//! posted ([`RecvSrq::set_owner_posted`]), and the same policy re-arms the limit for that and
+//! tells the owner when it may post more ([`Pressure::Low`]) or give some back
+//! ([`Pressure::Quiet`]).
+//!
 //! `steps` is written only by the work, under `phase`; it is read under RCU (finding a kept
 //! buffer, the counts) or by a handler through its own buffer's `step`, which the step
 //! outlives while the buffer is live.
@@ -108,7 +113,8 @@ stat_enum! {
         Returned => "returned",
         /// Growth steps taken on limit events.
         Grown => "grown",
-        /// Growth steps retired once the pressure was gone.
+        /// Growth steps retired once the pressure was gone; for receives the owner posts,
+        /// quiet periods it was told of ([`Pressure::Quiet`]).
         Shrunk => "shrunk",
     }
 }
