@@ -143,7 +143,8 @@ pub(crate) struct SrqAttr {
     pub(crate) buf_size: u32,
     /// Managed buffers added by one growth step; 0: no growth.
     pub(crate) step: u32,
-    /// For an owner that posts its own receives (`nr_bufs` 0): how many it posts at creation.
+    /// For an owner that posts its own receives (`nr_bufs` 0): how many it posts at creation;
+    /// 0 with managed buffers.
     pub(crate) owner_posted: u32,
 }
 
@@ -320,7 +321,7 @@ impl<H: SrqHandler> RecvSrq<H> {
                 lkey: pd.local_dma_lkey(),
                 limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
-                declared: AtomicU32::new(if attr.nr_bufs > 0 { 0 } else { attr.owner_posted }),
+                declared: AtomicU32::new(attr.owner_posted),
                 max_wr: attr.max_wr,
                 buf_size: attr.buf_size,
                 steps: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],

@@ -320,9 +320,14 @@ impl Core {
         Ok(())
     }
 
+    /// Returns the pool's SRQ whose view is at `srq`, if it is one of this pool's.
+    fn own(&self, srq: *const Srq) -> Option<&RecvSrq<Slot>> {
+        self.srqs.iter().find(|s| core::ptr::eq(s.srq(), srq))
+    }
+
     /// Returns the ULP's context of `srq`; a foreign SRQ is a caller bug (warns once, `None`).
     pub(crate) fn srq_ctx(&self, srq: *const Srq) -> Option<*mut c_void> {
-        let found = self.srqs.iter().find(|s| core::ptr::eq(s.srq(), srq));
+        let found = self.own(srq);
         if warn_on_once!(
             found.is_none(),
             "ibext_srq_pool_srq_ctx: SRQ not of this pool"
@@ -337,8 +342,7 @@ impl Core {
     /// count of 0 or above the SRQ's size, or an SRQ not of this pool (a caller bug: warned
     /// once).
     pub(crate) fn set_owner_posted(&self, srq: *const Srq, posted: u32) -> Result {
-        let found = self.srqs.iter().find(|s| core::ptr::eq(s.srq(), srq));
-        match found {
+        match self.own(srq) {
             Some(s) => s.set_owner_posted(posted),
             None => {
                 warn_on_once!(true, "ibext_srq_pool_set_posted: SRQ not of this pool");
