@@ -54,7 +54,7 @@ HARNESS = python3 $(TOP)/kunit/run.py --smp $(SMP) --timeout $(TIMEOUT) --stall 
 	$(if $(STRESS),--stress)
 flavour_arg = --flavour $(1):$(call kdir,$(1)):$(BUILD)/$(1)
 
-.PHONY: all modules setup kernel kernels flavours check run bench host-test \
+.PHONY: all modules setup kernel kernels flavours check run bench blktests host-test \
 	clippy fmt fmt-check layers bindgen-flags clean
 
 all: modules
@@ -129,6 +129,14 @@ bench: flavours
 	python3 $(TOP)/kunit/run.py --mode bench --smp $(BENCH_SMP) --clock $(BENCH_CLOCK) \
 		--timeout $(TIMEOUT) --stall $(STALL) \
 		--suite "$(SUITE)" --out $(BUILD) $(call flavour_arg,$(firstword $(FLAVOURS)))
+
+# The public blktests suite over rxe (BLKTESTS=<checkout>, else the pinned
+# snapshot in ../shared/vendor/), against upstream's modules and the ports,
+# test by test. Not part of make check.
+BLKTESTS_GROUPS ?= nvme
+blktests: FLAVOURS := test
+blktests: flavours
+	$(TOP)/scripts/blktests.sh $(call kdir,test) $(BUILD)/test $(BUILD) $(BLKTESTS_GROUPS)
 
 clean:
 	-[ -d "$(KDIR)" ] && $(KMAKE) M=$(TOP) clean

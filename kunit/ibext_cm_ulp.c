@@ -3,8 +3,8 @@
  * ibext_cm_ulp: a ULP driven by rdma_cm alone, like iSER, NFS/RDMA or
  * SMB-Direct: no ib_client of its own.  It learns that its device is going
  * from RDMA_CM_EVENT_DEVICE_REMOVAL, which rdma_cm's client delivers; rdma_cm
- * registered before ibext (it is built in), so it is removed from a device
- * *after* ibext.  The harness (kunit/guest-init.sh) deletes the device under
+ * registered before ibext (it is loaded first), so it is removed from a device
+ * *after* ibext.  The harness (kunit/guest/rdma-cm.sh) deletes the device under
  * this ULP's traffic and checks that the deletion completes.
  *
  * At load it listens on @addr, connects to itself, and runs ping-pong

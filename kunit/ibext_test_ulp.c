@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ibext_test_ulp: the smallest C ULP of ibext, for the harness's
- * module-lifetime steps (kunit/guest-init.sh).
+ * module-lifetime steps (kunit/guest/modules.sh).
  *
  * It registers an ib_client after ibext.  On every RDMA device its add takes
  * entries on a pooled CQ with ibext_cq_pool_get(), makes an SRQ pool with

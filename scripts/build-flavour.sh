@@ -6,7 +6,8 @@
 #   <out>/product/ibext.ko                 the module as shipped
 #   <out>/kunit/ibext.ko                   the same crate with its KUnit suites
 #   <out>/test-ulps/ibext_{test,cm}_ulp.ko the harness's C ULPs (kunit/Kbuild)
-#   <out>/ulp/nvme{,t}-rdma-ibext.ko       the NVMe over RDMA ports (ulp/)
+#   <out>/ulp/nvme{,t}-rdma.ko             the NVMe over RDMA ports (ulp/)
+#   <out>/modroot/lib/modules/<release>    the guest's module tree (below)
 # Usage: build-flavour.sh <kdir> <out> [extra make arguments...]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,3 +52,21 @@ for port in nvme-rdma:host nvmet-rdma:target; do
 done
 make -s -C "$kdir" LLVM=1 M="$out/ulp" IBEXT_INCLUDE="$top/include" \
 	KBUILD_EXTRA_SYMBOLS="$out/product/Module.symvers" "$@" modules
+
+# The guest's /lib/modules/<release> (kunit/guest/lib.sh): the kernel's own
+# modules (virtme-ng's links in <kdir>/.virtme_mods) and, in updates/, which
+# depmod prefers, ibext and the ports under the kernel's module names, so
+# that "modprobe ibext", "nvme connect -t rdma" and nvmet's request_module()
+# load them as on a system with the ports installed. depmod runs here, on the
+# host: over the guest's 9p root it costs the debug kernel a minute.
+PATH=$PATH:/sbin:/usr/sbin
+vm=$kdir/.virtme_mods/lib/modules/0.0.0
+[ -f "$vm/modules.dep" ] || (cd "$kdir" && virtme-prep-kdir-mods >/dev/null)
+rel=$(cat "$kdir/include/config/kernel.release")
+m=$out/modroot/lib/modules/$rel
+rm -rf "$out/modroot"
+mkdir -p "$m/updates"
+ln -s "$(cd "$vm/kernel" && pwd -P)" "$m/kernel"
+cp "$vm"/modules.order "$vm"/modules.builtin* "$m/"
+cp "$out/product/ibext.ko" "$out"/ulp/*.ko "$m/updates/"
+depmod -b "$out/modroot" "$rel"

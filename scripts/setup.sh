@@ -2,16 +2,19 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # Idempotent bootstrap of everything ibext needs on a Debian 12 machine:
-# Debian packages, rust-src for the installed rustc, and a pinned bindgen-cli.
+# Debian packages, rust-src for the installed rustc, a pinned bindgen-cli,
+# and a pinned virtme-ng (vng, from PyPI), which boots the test kernels.
 # Stops with one clear line naming the missing piece if something cannot be had.
 set -euo pipefail
 
 CACHE=${IBEXT_CACHE:-$HOME/.cache/ibext}
 BINDGEN_VERSION=0.73.2
+VNG_VERSION=1.42
 
-PKGS=(clang lld llvm libclang-dev qemu-system-x86 busybox-static flex bison bc
+PKGS=(clang lld llvm libclang-dev qemu-system-x86 flex bison bc
       cpio kmod libelf-dev libssl-dev iproute2 rdma-core ibverbs-utils
-      rdmacm-utils perftest linux-source-6.12 xz-utils rsync nvme-cli fio)
+      rdmacm-utils perftest linux-source-6.12 xz-utils rsync nvme-cli fio
+      python3-venv)
 
 die() { echo "ibext setup: missing: $*" >&2; exit 1; }
 
@@ -44,3 +47,16 @@ if ! "$CACHE/tools/bin/bindgen" --version 2>/dev/null | grep -q "$BINDGEN_VERSIO
 fi
 
 [ -f /usr/src/linux-source-6.12.tar.xz ] || die "/usr/src/linux-source-6.12.tar.xz (package linux-source-6.12)"
+
+if ! "$CACHE/tools/bin/vng" --version 2>/dev/null | grep -q "$VNG_VERSION"; then
+	echo "ibext setup: pip install virtme-ng==$VNG_VERSION"
+	rm -rf "$CACHE/tools/vng"
+	mkdir -p "$CACHE/tools/bin"
+	python3 -m venv "$CACHE/tools/vng" >/dev/null 2>&1 || die "python3 -m venv (package python3-venv)"
+	"$CACHE/tools/vng/bin/pip" install -q "virtme-ng==$VNG_VERSION" >/dev/null 2>&1 ||
+		die "virtme-ng $VNG_VERSION (pip install failed)"
+fi
+# vng runs virtme-run and virtme-prep-kdir-mods by name: all of them on PATH.
+for b in vng virtme-run virtme-prep-kdir-mods virtme-configkernel virtme-mkinitramfs; do
+	ln -sf "../vng/bin/$b" "$CACHE/tools/bin/$b"
+done

@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# NVMe over RDMA in the guest, for nvme.sh, nvme-bench.sh and demo.sh: a
+# target on rxe1 serving a memory-backed null_blk namespace (so that data
+# written before a reconnect can be verified after it), and the host
+# connecting to it in loopback. Not rxe0: an address whose GID index is above
+# 255 cannot be connected to (struct ib_global_route's sgid_index is a u8),
+# and rxe0's table is nearly full for the GID tests. The transports are
+# whatever "nvme-rdma" and "nvmet-transport-1" resolve to: the ports of ulp/,
+# which main.sh installs under those names; upstream's are loaded by path.
+. "$(dirname "$0")/lib.sh"
+
+NVME_ADDR=10.12.0.1
+NQN=nqn.2026-12.org.ibext:rxe1
+HOSTID=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a5b
+# KASAN makes each I/O about ten times slower: the debug kernel verifies a
+# smaller namespace (its bugs show as reports, not as volume).
+NS_MB=32
+[ "$FLAVOUR" = debug ] && NS_MB=4
+KMOD=/lib/modules/$(uname -r)/kernel/drivers/nvme
+
+# rdma_cm binds to an address only once its GID is in the device's table,
+# which roce_gid_mgmt fills from a work item.
+gid_of_nvme_addr() { grep -qs "ffff:0a0c:0001" /sys/class/infiniband/rxe1/ports/1/gids/*; }
+
+# The namespace, subsystem and port in configfs; the port not enabled.
+nvme_target_config() {
+	ip addr add $NVME_ADDR/24 dev veth2 2>/dev/null
+	wait_for 300 "rxe1's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
+	modprobe null_blk nr_devices=0 && modprobe nvmet && modprobe nvme-fabrics || return 1
+	B=$CFS/nullb/nullb0 S=$CFS/nvmet/subsystems/$NQN P=$CFS/nvmet/ports/1
+	mkdir $B && echo $NS_MB > $B/size && echo 4096 > $B/blocksize &&
+		echo 1 > $B/memory_backed && echo 1 > $B/power || return 1
+	mkdir $S && echo 1 > $S/attr_allow_any_host || return 1
+	mkdir $S/namespaces/1 && echo /dev/nullb0 > $S/namespaces/1/device_path &&
+		echo 1 > $S/namespaces/1/enable || return 1
+	mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam &&
+		echo $NVME_ADDR > $P/addr_traddr && echo 4420 > $P/addr_trsvcid
+}
+
+# Linking the subsystem to the port makes nvmet load its rdma transport
+# (request_module) and listen.
+nvme_port_enable() { ln -s $CFS/nvmet/subsystems/$NQN $CFS/nvmet/ports/1/subsystems/$NQN; }
+nvme_port_disable() { rm $CFS/nvmet/ports/1/subsystems/$NQN; }
+
+nvme_target_down() {
+	nvme_port_disable && rmdir $CFS/nvmet/ports/1 $CFS/nvmet/subsystems/$NQN/namespaces/1 \
+		$CFS/nvmet/subsystems/$NQN && rmmod nvmet_rdma && rmdir $CFS/nullb/nullb0 &&
+		rmmod nvmet null_blk
+}
+
+nvme_dev() {
+	for b in /sys/block/nvme*n${1:-1}; do
+		[ -e "$b" ] && echo /dev/${b##*/} && return 0
+	done
+	return 1
+}
+no_nvme_dev() { ! nvme_dev "$@" >/dev/null; }
+
+# nvme_connect <I/O queues>. A 60 s keep-alive: keep-alive timeouts must not
+# depend on the guest's speed.
+nvme_connect() {
+	nvme connect -t rdma -a $NVME_ADDR -s 4420 -n $NQN --hostid=$HOSTID \
+		--hostnqn=nqn.2014-08.org.nvmexpress:uuid:$HOSTID -i $1 -k 60 || return 1
+	wait_for 120 "namespace of $NQN" nvme_dev >/dev/null
+}
+nvme_down() {
+	nvme disconnect -n $NQN >/dev/null && wait_for 120 "controller of $NQN gone" no_nvme_dev
+}
+
+# fio_verify <jobs> <depth> <write|verify>: 4 KiB random writes, each job on
+# its own slice of the namespace, every block read back and verified
+# (crc32c); "verify" only reads what a "write" pass of the same shape wrote.
+fio_verify() {
+	slice=$((NS_MB / $1))
+	set -- --name=v$1.$2 --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
+		--rw=randwrite --numjobs=$1 --iodepth=$2 --size=${slice}M --offset_increment=${slice}M \
+		--verify=crc32c --verify_fatal=1 --randseed=$(($1 * 100 + $2)) --group_reporting \
+		--minimal $([ "$3" = verify ] && echo --verify_only)
+	fio_ok "$@" || return 1
+	note "nvme: fio $3, $2 deep, every block of ${NS_MB} MiB verified"
+}
+# fio_ok <fio args>: fio exits non-zero on a failed verify; field 5 of
+# --minimal's result line (version 3) is the error number.
+fio_ok() {
+	out=$(fio "$@") && echo "$out" | awk -F';' '$1 == 3 { n++; if ($5 != 0) bad = 1 }
+		END { exit bad || !n }' || { echo "$out" | cut -c1-300; return 1; }
+}
+
+# RNR NAKs sent by every rxe responder: a receive arrived with nothing posted.
+rnr_naks() { cat /sys/class/infiniband/rxe*/ports/*/hw_counters/send_rnr_err | awk '{ n += $1 } END { print n + 0 }'; }
+# I/Os completed on block device $1 (reads plus writes).
+io_done() { awk '{ print $1 + $5 }' /sys/block/$1/stat; }
+
+# srq_stat <sum|max|min> <counter>: one counter of ibext's SRQs, over every
+# SRQ of every pool (the port's target; upstream's nvmet-rdma has none).
+srq_stat() {
+	cat $D/*/srq_pool.*/stats 2>/dev/null | awk -v w=$1 -v k=$2 '/^srq / {
+		for (i = 1; i < NF; i++) if ($i == k) { v = $(i + 1); s += v
+			if (n++ == 0 || (w == "max" ? v > m : v < m)) m = v } }
+		END { print (w == "sum" ? s : m) + 0 }'
+}
+
+# The ports' queues hold entries on the pooled CQs and the target's SRQ pool.
+cqes_in_use() { awk '$6 == "used" { n += $7 } END { print n + 0 }' $D/rxe1/cq_pools; }
+nvme_uses_ibext() {
+	ls $D/rxe1/srq_pool.* >/dev/null 2>&1 || { echo "no SRQ pool on rxe1"; ls $D/rxe1; return 1; }
+	[ "$(cqes_in_use)" -gt 0 ] || { echo "no pooled CQ in use"; cat $D/rxe1/cq_pools; return 1; }
+}
