@@ -7,7 +7,8 @@
 # 255 cannot be connected to (struct ib_global_route's sgid_index is a u8),
 # and rxe0's table is nearly full for the GID tests. The transports are
 # whatever "nvme-rdma" and "nvmet-transport-1" resolve to: the ports of ulp/,
-# which main.sh installs under those names; upstream's are loaded by path.
+# which the module tree of scripts/build-flavour.sh has under those names
+# (main.sh links it in); upstream's are loaded by path.
 . "$(dirname "$0")/lib.sh"
 
 NVME_ADDR=10.12.0.1
