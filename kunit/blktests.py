@@ -51,8 +51,12 @@ def main():
         log_path = os.path.join(args.out, f"console-blktests-{which}-{stamp}.log")
         guest = [os.path.join(run.TOP, "kunit", "guest", "blktests.sh"), which, bdir,
                  kdir, args.blktests, *args.groups]
+        # 4G: the nvme tests back namespaces with a 1 GiB file (NVME_IMG_SIZE) under the results
+        # directory on the guest's /tmp, a tmpfs of half the memory; 2G gave ENOSPC in nvme/010.
         cmd = ["vng", "--run", kdir, "--disable-kvm", "--force-9p", "--verbose",
-               "--cpus", str(args.smp), "--memory", "2G", f"--rwdir={args.blktests}",
+               "--cpus", str(args.smp), "--memory", "4G", f"--rwdir={args.blktests}",
+               # the srp group links /etc/multipath.conf and makes /etc/target
+               "--overlay-rwdir=/etc",
                "--append", f"{run.ROOTFLAGS} printk.time=1 no_timer_check panic=-1",
                "--exec", " ".join(guest)]
         print(f"ibext blktests: {' '.join(args.groups)} on {which}; console log: {log_path}",

@@ -11,9 +11,12 @@ CACHE=${IBEXT_CACHE:-$HOME/.cache/ibext}
 BINDGEN_VERSION=0.73.2
 VNG_VERSION=1.42
 
+# nvme-cli, fio: the NVMe and SRP steps; xfsprogs, multipath-tools and
+# sg3-utils: programs the blktests nvme and srp groups require (make blktests).
 PKGS=(clang lld llvm libclang-dev qemu-system-x86 flex bison bc
       cpio kmod libelf-dev libssl-dev iproute2 rdma-core ibverbs-utils
       rdmacm-utils perftest linux-source-6.12 xz-utils rsync nvme-cli fio
+      xfsprogs multipath-tools sg3-utils
       python3-venv)
 
 die() { echo "ibext setup: missing: $*" >&2; exit 1; }
