@@ -7,6 +7,8 @@
 #   <out>/kunit/ibext.ko                   the same crate with its KUnit suites
 #   <out>/test-ulps/ibext_{test,cm}_ulp.ko the harness's C ULPs (kunit/Kbuild)
 #   <out>/ulp/nvme{,t}-rdma.ko             the NVMe over RDMA ports (ulp/)
+#   <out>/ulp/ib_srp{,t}.ko                the SRP ports (ulp/), and
+#   <out>/ulp/ib_srp_{none,dim}.ko         the initiator's variants for make bench
 #   <out>/modroot/lib/modules/<release>    the guest's module tree (below)
 # Usage: build-flavour.sh <kdir> <out> [extra make arguments...]
 set -euo pipefail
@@ -36,7 +38,7 @@ make -s -C "$kdir" LLVM=1 M="$out/test-ulps" IBEXT_INCLUDE="$top/include" \
 src=$kdir
 [ -d "$kdir/source" ] && src=$(cd "$kdir/source" && pwd -P)
 mkdir -p "$out/ulp"
-cp "$top/ulp/Kbuild" "$out/ulp/Kbuild"
+cp "$top/ulp/Kbuild" "$top"/ulp/*.c "$out/ulp/"
 for port in nvme-rdma:host nvmet-rdma:target; do
 	name=${port%%:*} dir=${port#*:}
 	patch -s -o "$out/ulp/$name.c.new" "$src/drivers/nvme/$dir/rdma.c" \
@@ -49,6 +51,21 @@ for port in nvme-rdma:host nvmet-rdma:target; do
 	else
 		mv "$out/ulp/$name.c.new" "$out/ulp/$name.c"
 	fi
+done
+# SRP's ports patch a driver and its private header: the files are copied
+# into a tree of their own and patched there (patch -p1).
+for port in srp:ib_srp srpt:ib_srpt; do
+	dir=drivers/infiniband/ulp/${port%%:*} name=${port#*:}
+	stage=$out/ulp/.stage/$name
+	rm -rf "$stage" && mkdir -p "$stage/$dir"
+	cp "$src/$dir/$name.c" "$src/$dir/$name.h" "$stage/$dir/"
+	patch -s -p1 -d "$stage" < "$top/ulp/$name.patch" || {
+		echo "ibext: ulp/$name.patch does not apply to $src/$dir" >&2
+		exit 1
+	}
+	for f in "$name.c" "$name.h"; do
+		cmp -s "$stage/$dir/$f" "$out/ulp/$f" || cp "$stage/$dir/$f" "$out/ulp/$f"
+	done
 done
 make -s -C "$kdir" LLVM=1 M="$out/ulp" IBEXT_INCLUDE="$top/include" \
 	KBUILD_EXTRA_SYMBOLS="$out/product/Module.symvers" "$@" modules
