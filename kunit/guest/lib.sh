@@ -20,11 +20,12 @@ RXE_ADD1="rdma link add rxe1 type rxe netdev veth2"
 note() { echo "# $*"; }
 
 # step <description> <command...>: one test; the command's output becomes
-# diagnostic lines when it fails.
+# diagnostic lines when it fails, its notes when it passes.
 step() {
 	desc=$1
 	shift
 	if out=$("$@" 2>&1); then
+		printf '%s\n' "$out" | grep '^# '
 		ktap_test_pass "$desc"
 	else
 		printf '%s\n' "$out" | sed 's/^/# /'

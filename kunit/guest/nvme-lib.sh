@@ -73,13 +73,13 @@ nvme_down() {
 # its own slice of the namespace, every block read back and verified
 # (crc32c); "verify" only reads what a "write" pass of the same shape wrote.
 fio_verify() {
-	slice=$((NS_MB / $1))
+	slice=$((NS_MB / $1)) what="$3, $2 deep"
 	set -- --name=v$1.$2 --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
 		--rw=randwrite --numjobs=$1 --iodepth=$2 --size=${slice}M --offset_increment=${slice}M \
 		--verify=crc32c --verify_fatal=1 --randseed=$(($1 * 100 + $2)) --group_reporting \
 		--minimal $([ "$3" = verify ] && echo --verify_only)
 	fio_ok "$@" || return 1
-	note "nvme: fio $3, $2 deep, every block of ${NS_MB} MiB verified"
+	note "nvme: fio $what, every block of ${NS_MB} MiB verified"
 }
 # fio_ok <fio args>: fio exits non-zero on a failed verify; field 5 of
 # --minimal's result line (version 3) is the error number.
@@ -92,6 +92,8 @@ fio_ok() {
 rnr_naks() { cat /sys/class/infiniband/rxe*/ports/*/hw_counters/send_rnr_err | awk '{ n += $1 } END { print n + 0 }'; }
 # I/Os completed on block device $1 (reads plus writes).
 io_done() { awk '{ print $1 + $5 }' /sys/block/$1/stat; }
+# fio_going <pid> <disk> <I/Os before>: fio ended, or did 512 I/Os more.
+fio_going() { gone $1 || [ "$(io_done $2)" -ge $(($3 + 512)) ]; }
 
 # srq_stat <sum|max|min> <counter>: one counter of ibext's SRQs, over every
 # SRQ of every pool (the port's target; upstream's nvmet-rdma has none).

@@ -72,7 +72,6 @@ reconnect() {
 # fails or is requeued as NVMe's error handling decides), and once the link
 # is back and the port re-enabled (rdma_cm destroyed its listener), a new
 # connect and a verified pass must work.
-fio_going() { gone $1 || [ "$(io_done $2)" -ge $(($3 + 512)) ]; }
 link_delete() {
 	dev=$(nvme_dev) || return 1
 	fio --name=unplug --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
