@@ -186,6 +186,11 @@ GOALS = [
          "events_per_io", "ibext", "upstream", "le", 1.0),
     DiffGoal("NVMe/RDMA RNR NAKs per I/O, ports - upstream's modules (1% of I/Os)", "nvme",
              "rnr_naks_per_io", "ibext", "upstream", "le", 0.01),
+    Goal("SRP 4K random-read IOPS, ADAPTIVE port / best of upstream, NONE, DIM", "srp",
+         "iops", "adaptive", ("upstream", "none", "dim"), "ge", 0.95),
+    Goal("SRP completion events per I/O, ADAPTIVE port / upstream, depth >= 32", "srp",
+         "events_per_io", "adaptive", "upstream", "le", 1.0,
+         select=lambda c, cs: c["depth"] >= 32),
     Goal("NVMe/RDMA target receive bytes, port / upstream with use_srq=1", "nvme_mem",
          "target_recv_bytes", "ibext", "upstream_srq", "le", 1.0),
     Goal("NVMe/RDMA target receive bytes at one host queue, port / upstream without SRQ",
@@ -212,13 +217,16 @@ def print_medians(rows):
                 ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
                  "events_per_io", "rnr_naks_per_io", "ios", "srq_limit_arms_total",
                  "srq_limit_events", "srq_limit_arms"])
+    print_table([r for r in med if r.get("bench") == "srp"],
+                ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
+                 "events_per_io", "ios"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],
                 ["bench", "setup", "qps", "nr_cqe", "reps", "peak_cqs", "peak_cqe",
                  "resident_cqs", "resident_cqe"])
     print_table([r for r in med
-                 if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem", "cq_aging")],
+                 if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem", "cq_aging", "srp")],
                 ["bench", "setup", "qps", "depth", "ops", "reps", "ops_per_s",
                  "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
                  "cqe_allocated"])

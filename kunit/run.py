@@ -127,9 +127,13 @@ def documents(args):
     if args.mode == "bench":
         if suite in ("ibext_nvme_bench", "ibext_nvme_mem"):
             return ["nvme_bench"], []
-        return ["kunit"] + (["nvme_bench"] if not suite else []), [suite or "ibext_bench"]
-    docs = {"": ["modules", "rdma_cm", "kunit", "nvme"], "ibext_guest": ["modules", "rdma_cm"],
-            "ibext_nvme": ["nvme"]}.get(suite, ["kunit"])
+        if suite == "ibext_srp_bench":
+            return ["srp_bench"], []
+        return ["kunit"] + (["nvme_bench", "srp_bench"] if not suite else []), \
+            [suite or "ibext_bench"]
+    docs = {"": ["modules", "rdma_cm", "kunit", "nvme", "srp"],
+            "ibext_guest": ["modules", "rdma_cm"], "ibext_nvme": ["nvme"],
+            "ibext_srp": ["srp"]}.get(suite, ["kunit"])
     want = [s for s, slow in declared_suites().items() if not slow] if not suite else [suite]
     return docs + ["finish"], want if "kunit" in docs else []
 
@@ -144,9 +148,10 @@ def vng_command(args, flavour, kdir, bdir):
         smp = min(smp, os.cpu_count() or 2)
         append.append("rcupdate.rcu_cpu_stall_timeout=60")
     suite = args.suite
-    if args.mode == "bench" and not suite.startswith("ibext_nvme_"):
+    if args.mode == "bench" and not suite.startswith(("ibext_nvme_", "ibext_srp_")):
         append.append(f"kunit.filter_glob={suite or 'ibext_bench'}")
-    elif suite and suite not in ("ibext_guest", "ibext_nvme") and args.mode == "check":
+    elif suite and suite not in ("ibext_guest", "ibext_nvme", "ibext_srp") and \
+            args.mode == "check":
         append.append(f"kunit.filter_glob={suite}")
     if args.mode == "check" and not declared_suites().get(suite.split(".")[0]):
         append.append("kunit.filter=speed>slow")  # benchmarks carry KUnit's speed=slow

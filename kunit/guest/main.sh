@@ -111,11 +111,12 @@ run)
 	ktap demo bash "$G/demo.sh"
 	;;
 bench)
-	case $SUITE in ibext_nvme_*) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
+	case $SUITE in ibext_nvme_* | ibext_srp_bench) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
 	case $SUITE in
 	"" | ibext_nvme_bench) ktap nvme_bench bash "$G/nvme-bench.sh" all ;;
 	ibext_nvme_mem) ktap nvme_bench bash "$G/nvme-bench.sh" mem ;;
 	esac
+	case $SUITE in "" | ibext_srp_bench) ktap srp_bench bash "$G/srp-bench.sh" ;; esac
 	;;
 check)
 	if wanted ibext_guest; then
@@ -123,8 +124,9 @@ check)
 		ktap rdma_cm bash "$G/rdma-cm.sh"
 	fi
 	failslab_setup
-	[ "$SUITE" = ibext_guest ] || [ "$SUITE" = ibext_nvme ] || kunit "$BDIR/kunit/ibext.ko"
+	case $SUITE in ibext_guest | ibext_nvme | ibext_srp) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
 	! wanted ibext_nvme || ktap nvme bash "$G/nvme.sh"
+	! wanted ibext_srp || ktap srp bash "$G/srp.sh"
 	ktap finish finish
 	;;
 esac
