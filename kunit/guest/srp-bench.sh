@@ -25,12 +25,12 @@ events() {
 		if ($i == "events") n += $(i + 1) } END { print n + 0 }')))
 }
 
-# load|unload <setup>: the target and initiator of one setup; upstream's by
-# path (the ports have their names).
+# load <setup>: the target and initiator of one setup; upstream's by path
+# (the ports have their names), after the modules they need.
 load() {
 	case $1 in
-	upstream) insmod $KSRP/srpt/ib_srpt.ko && modprobe scsi_transport_srp &&
-		insmod $KSRP/srp/ib_srp.ko ;;
+	upstream) modprobe -a target_core_mod scsi_transport_srp &&
+		insmod $KSRP/srpt/ib_srpt.ko && insmod $KSRP/srp/ib_srp.ko ;;
 	adaptive) modprobe ib_srpt && modprobe ib_srp ;;
 	*) modprobe ib_srpt && modprobe ib_srp_$1 ;;
 	esac
