@@ -55,8 +55,6 @@ def main():
         # directory on the guest's /tmp, a tmpfs of half the memory; 2G gave ENOSPC in nvme/010.
         cmd = ["vng", "--run", kdir, "--disable-kvm", "--force-9p", "--verbose",
                "--cpus", str(args.smp), "--memory", "4G", f"--rwdir={args.blktests}",
-               # the srp group links /etc/multipath.conf and makes /etc/target
-               "--overlay-rwdir=/etc",
                "--append", f"{run.ROOTFLAGS} printk.time=1 no_timer_check panic=-1",
                "--exec", " ".join(guest)]
         print(f"ibext blktests: {' '.join(args.groups)} on {which}; console log: {log_path}",
