@@ -17,7 +17,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (kunit/run.py)
 
-RESULT = re.compile(r"^(\S+/\d+) (?:\(([^)]*)\) )?.*\[(passed|failed|not run)\]\s*$")
+# "nvme/010 (tr=rdma bd=file) (...) [passed]"; a whole group not run is "srp/*** [not run]".
+RESULT = re.compile(r"^(\S+/(?:\d+|\*\*\*)) (?:\(([^)]*)\) )?.*\[(passed|failed|not run)\]\s*$")
 
 
 def results(log_path):
