@@ -15,7 +15,6 @@
 . "$(dirname "$0")/nvme-lib.sh"
 
 REPS=5 SECS=3 MEM_REPS=3
-bench() { echo "ibext-bench: $*" > /dev/kmsg; }
 # target|host <setup>: load one side; upstream's modules by path (the ports
 # have their names).
 target() {
@@ -26,11 +25,6 @@ target() {
 	esac
 }
 host() { if [ $1 = ibext ]; then modprobe nvme-rdma; else insmod $KMOD/host/nvme-rdma.ko; fi; }
-events() {
-	core=$(awk '/^ *Hits:/ { print $2; exit }' $TR/events/rdma_core/cq_schedule/hist)
-	echo $((${core:-0} + $(cat $D/*/cq_pools | awk '{ for (i = 1; i < NF; i++)
-		if ($i == "events") n += $(i + 1) } END { print n + 0 }')))
-}
 # point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line,
 # with the SRQ limit events and limit arms (ib_modify_srq) in its window and
 # the arms since the pools were made (one per SRQ at creation).

@@ -110,3 +110,14 @@ nvme_uses_ibext() {
 	ls $D/rxe1/srq_pool.* >/dev/null 2>&1 || { echo "no SRQ pool on rxe1"; ls $D/rxe1; return 1; }
 	[ "$(cqes_in_use)" -gt 0 ] || { echo "no pooled CQ in use"; cat $D/rxe1/cq_pools; return 1; }
 }
+
+# For the benchmarks (nvme-bench.sh, srp-bench.sh): one result line for
+# kunit/bench.py, and the completion events so far, as calls of a CQ's
+# completion handler: ib_core's cq_schedule tracepoint (a hist trigger the
+# bench sets) for ib_core's CQs, plus the "events" of ibext's pooled CQs.
+bench() { echo "ibext-bench: $*" > /dev/kmsg; }
+events() {
+	core=$(awk '/^ *Hits:/ { print $2; exit }' $TR/events/rdma_core/cq_schedule/hist)
+	echo $((${core:-0} + $(cat $D/*/cq_pools | awk '{ for (i = 1; i < NF; i++)
+		if ($i == "events") n += $(i + 1) } END { print n + 0 }')))
+}

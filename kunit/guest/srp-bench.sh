@@ -18,12 +18,6 @@
 REPS=3 SECS=3
 KSRP=/lib/modules/$(uname -r)/kernel/drivers/infiniband/ulp
 SRP_USE_SRQ=0
-bench() { echo "ibext-bench: $*" > /dev/kmsg; }
-events() {
-	core=$(awk '/^ *Hits:/ { print $2; exit }' $TR/events/rdma_core/cq_schedule/hist)
-	echo $((${core:-0} + $(cat $D/*/cq_pools | awk '{ for (i = 1; i < NF; i++)
-		if ($i == "events") n += $(i + 1) } END { print n + 0 }')))
-}
 
 # load <setup>: the target and initiator of one setup; upstream's by path
 # (the ports have their names), after the modules they need.
