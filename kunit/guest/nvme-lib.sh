@@ -73,13 +73,32 @@ nvme_down() {
 # its own slice of the namespace, every block read back and verified
 # (crc32c); "verify" only reads what a "write" pass of the same shape wrote.
 fio_verify() {
-	slice=$((NS_MB / $1)) what="$3, $2 deep"
-	set -- --name=v$1.$2 --filename="$(nvme_dev)" --direct=1 --ioengine=libaio --bs=4k \
-		--rw=randwrite --numjobs=$1 --iodepth=$2 --size=${slice}M --offset_increment=${slice}M \
-		--verify=crc32c --verify_fatal=1 --randseed=$(($1 * 100 + $2)) --group_reporting \
-		--minimal $([ "$3" = verify ] && echo --verify_only)
-	fio_ok "$@" || return 1
-	note "nvme: fio $what, every block of ${NS_MB} MiB verified"
+	fio_pass v "$(nvme_dev)" "$@" || return 1
+	note "nvme: fio $3, $2 deep, every block of ${NS_MB} MiB verified"
+}
+# fio_pass <name prefix> <disk> <jobs> <depth> <write|verify>: the pass of
+# fio_verify on any disk (the SRP steps' too).
+fio_pass() {
+	slice=$((NS_MB / $3))
+	set -- --name=$1$3.$4 --filename="$2" --direct=1 --ioengine=libaio --bs=4k \
+		--rw=randwrite --numjobs=$3 --iodepth=$4 --size=${slice}M --offset_increment=${slice}M \
+		--verify=crc32c --verify_fatal=1 --randseed=$(($3 * 100 + $4)) --group_reporting \
+		--minimal $([ "$5" = verify ] && echo --verify_only)
+	fio_ok "$@"
+}
+# fio_unplug <disk> <who>: fio (2 jobs, depth 16, random reads and writes,
+# time-based) on <disk> while rdma link delete deletes rxe1, once 512 I/Os
+# have completed; the deletion must finish within its watchdog and fio end.
+fio_unplug() {
+	fio --name=unplug --filename=$1 --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
+		--numjobs=2 --iodepth=16 --time_based --runtime=3600 --minimal > /tmp/fio-unplug 2>&1 &
+	fpid=$!
+	wait_for 300 "fio doing I/O" fio_going $fpid ${1##*/} "$(io_done ${1##*/})" &&
+		! gone $fpid || { kill $fpid; echo "fio ended early"; cat /tmp/fio-unplug; return 1; }
+	link_delete_watched rxe1 || return 1
+	wait_for 300 "fio ending after rxe1 was deleted" gone $fpid || { kill -9 $fpid; return 1; }
+	wait $fpid
+	note "$2: fio under the link deletion exited with $?"
 }
 # fio_ok <fio args>: fio exits non-zero on a failed verify; field 5 of
 # --minimal's result line (version 3) is the error number.

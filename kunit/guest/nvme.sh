@@ -73,16 +73,7 @@ reconnect() {
 # is back and the port re-enabled (rdma_cm destroyed its listener), a new
 # connect and a verified pass must work.
 link_delete() {
-	dev=$(nvme_dev) || return 1
-	fio --name=unplug --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
-		--numjobs=2 --iodepth=16 --time_based --runtime=3600 --minimal > /tmp/fio-unplug 2>&1 &
-	fpid=$!
-	wait_for 300 "fio doing I/O" fio_going $fpid ${dev##*/} "$(io_done ${dev##*/})" &&
-		! gone $fpid || { kill $fpid; echo "fio ended early"; cat /tmp/fio-unplug; return 1; }
-	link_delete_watched rxe1 || return 1
-	wait_for 300 "fio ending after rxe1 was deleted" gone $fpid || { kill -9 $fpid; return 1; }
-	wait $fpid
-	note "nvme: fio under the link deletion exited with $?"
+	dev=$(nvme_dev) && fio_unplug $dev nvme || return 1
 	wait_for 120 "controller gone with rxe1" no_nvme_dev && $RXE_ADD1 &&
 		wait_for 300 "rxe1's GID of $NVME_ADDR" gid_of_nvme_addr || return 1
 	nvme_port_disable && nvme_port_enable && nvme_up && fio_verify 4 32 write

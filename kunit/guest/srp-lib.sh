@@ -20,9 +20,10 @@ T=$CFS/target
 # stays when rxe1 is deleted and added again).
 srp_names() {
 	[ -z "$TPG" ] || return 0
+	local gid port
 	gid=$(cat /sys/class/infiniband/rxe1/ports/1/gids/0) || return 1
-	p=${gid#fe80:0000:0000:0000:}
-	W=$T/srpt/$p TPG=$T/srpt/$p/$p
+	port=${gid#fe80:0000:0000:0000:}
+	W=$T/srpt/$port TPG=$T/srpt/$port/$port
 }
 
 gid_of_srp_addr() { grep -qs "ffff:0a0c:0003" /sys/class/infiniband/rxe1/ports/1/gids/*; }

@@ -16,16 +16,11 @@ ports() {
 
 login() { modprobe ibext && ports && srp_target_up && srp_login && srp_uses_ibext; }
 
-# srp_fio <jobs> <depth> <write|verify>: as nvme-lib.sh's fio_verify, on the
-# SRP disk.
+# srp_fio <jobs> <depth> <write|verify>: nvme-lib.sh's fio pass on the SRP
+# disk.
 srp_fio() {
-	slice=$((NS_MB / $1)) what="$3, $1 jobs $2 deep"
-	set -- --name=s$1.$2 --filename="$(srp_dev)" --direct=1 --ioengine=libaio --bs=4k \
-		--rw=randwrite --numjobs=$1 --iodepth=$2 --size=${slice}M --offset_increment=${slice}M \
-		--verify=crc32c --verify_fatal=1 --randseed=$(($1 * 100 + $2)) --group_reporting \
-		--minimal $([ "$3" = verify ] && echo --verify_only)
-	fio_ok "$@" || { rxe_errors; return 1; }
-	note "srp: fio $what, every block of ${NS_MB} MiB verified; rxe1 errors: $(rxe_errors)"
+	fio_pass s "$(srp_dev)" "$@" || { rxe_errors; return 1; }
+	note "srp: fio $3, $1 jobs $2 deep, every block of ${NS_MB} MiB verified; rxe1 errors: $(rxe_errors)"
 }
 
 verify() { srp_fio 4 16 write; }
@@ -36,16 +31,7 @@ relogin() { srp_logout && srp_login && srp_uses_ibext && srp_fio 4 16 verify; }
 # deletion must finish and fio end. Then rxe1 again, the target made anew
 # (its configfs port belonged to the removed device) and a verified pass.
 link_delete() {
-	srp_names && dev=$(srp_dev) || return 1
-	fio --name=unplug --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
-		--numjobs=2 --iodepth=16 --time_based --runtime=3600 --minimal > /tmp/fio-unplug 2>&1 &
-	fpid=$!
-	wait_for 300 "fio doing I/O" fio_going $fpid ${dev##*/} "$(io_done ${dev##*/})" &&
-		! gone $fpid || { kill $fpid; echo "fio ended early"; cat /tmp/fio-unplug; return 1; }
-	link_delete_watched rxe1 || return 1
-	wait_for 300 "fio ending after rxe1 was deleted" gone $fpid || { kill -9 $fpid; return 1; }
-	wait $fpid
-	note "srp: fio under the link deletion exited with $?"
+	srp_names && dev=$(srp_dev) && fio_unplug $dev srp || return 1
 	wait_for 120 "SRP disk gone with rxe1" no_srp_dev && srp_target_down && $RXE_ADD1 || return 1
 	srp_target_up && srp_login && srp_uses_ibext && srp_fio 4 16 write
 }
