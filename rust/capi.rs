@@ -501,6 +501,23 @@ pub(crate) unsafe extern "C" fn ibext_dim_detach(cq: *mut bindings::ib_cq) {
     legacy_dim::detach(unsafe { UlpCq::from_raw(cq) });
 }
 
+/// C entry point of `ibext_dim_arm()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ; not called concurrently with `ibext_dim_detach` on it.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_arm(cq: *mut bindings::ib_cq, flags: c_uint) -> c_int {
+    if cq.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The C contract.
+    match legacy_dim::arm(unsafe { UlpCq::from_raw(cq) }, flags) {
+        Ok(r) => r,
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// C entry point of `ibext_dim_profile()`; see `include/rdma/ibext.h`.
 ///
 /// # Safety

@@ -109,6 +109,35 @@ bool ibext_shim_cq_polled_by_core(struct ib_cq *cq)
 	return cq->wc != NULL;
 }
 
+/* ib_req_notify_cq() is a static inline. */
+int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	return ib_req_notify_cq(cq, flags);
+}
+
+/*
+ * A deferred re-arm of a legacy ULP's CQ (ibext_dim_arm()): arms @cq with
+ * @flags, which include IB_CQ_REPORT_MISSED_EVENTS, and if the driver says
+ * completions may have arrived while the CQ was not armed, raises the event
+ * the arm would have raised: the CQ's comp_handler, with interrupts off, as
+ * drivers call it (6.12's rxe_cq_post() calls it under cq->cq_lock taken with
+ * spin_lock_irqsave()).  A completion that arrives after the arm raises its
+ * own event; so none is lost, and a spurious call only finds the CQ empty, as
+ * ib_req_notify_cq() documents for IB_CQ_REPORT_MISSED_EVENTS.  Returns
+ * whether it raised the event.
+ */
+bool ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	unsigned long irqflags;
+
+	if (ib_req_notify_cq(cq, flags) <= 0)
+		return false;
+	local_irq_save(irqflags);
+	cq->comp_handler(cq, cq->cq_context);
+	local_irq_restore(irqflags);
+	return true;
+}
+
 /* Soft expiry: the timer runs in softirq context, like the poll it schedules. */
 void ibext_shim_hrtimer_init(struct hrtimer *timer,
 			     enum hrtimer_restart (*fn)(struct hrtimer *))
@@ -375,6 +404,7 @@ EXPORT_SYMBOL_GPL(ibext_dim_attach);
 EXPORT_SYMBOL_GPL(ibext_dim_sample);
 EXPORT_SYMBOL_GPL(ibext_dim_detach);
 EXPORT_SYMBOL_GPL(ibext_dim_profile);
+EXPORT_SYMBOL_GPL(ibext_dim_arm);
 EXPORT_SYMBOL_GPL(ibext_find_gid);
 EXPORT_SYMBOL_GPL(ibext_find_gid_by_port);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_create);

@@ -5,8 +5,9 @@
 //! The ULP attaches ibext's DIM to its CQ, calls [`sample`] after each of its poll loops (as the
 //! RDS patch called `rdma_dim()`), and detaches before it destroys the CQ. ibext runs the
 //! kernel's `rdma_dim()` on the samples; a new profile goes to the device's `modify_cq` where it
-//! has one, and otherwise is kept for the ULP to read with `ibext_dim_profile()`, so that it can
-//! defer its own re-arm.
+//! has one; where it has none (rxe), the ULP re-arms through [`arm`] (`ibext_dim_arm()`)
+//! instead of `ib_req_notify_cq()`, and ibext defers the re-arm by the profile's time, so that
+//! completions batch as they would under the device's own moderation.
 //!
 //! The DIM state hangs off the CQ's own `dim` pointer (`ib::dim::Attached`), which ib_core uses
 //! only for the CQs it allocates itself (`ib_alloc_cq` on devices with `use_cq_dim`), and which
@@ -15,11 +16,12 @@
 use crate::{
     backport::bug::warn_on_once,
     ib::{
-        cq::UlpCq,
+        cq::{ArmFlags, UlpCq},
         dim::{Attached, AttachedHandler},
     },
     ledger::{Kind, Token},
     policy::moderation,
+    seams,
 };
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -30,7 +32,20 @@ struct LegacyDim {
     hw_moderation: AtomicBool,
     samples: AtomicU64,
     profile_changes: AtomicU64,
+    /// Re-arms deferred, and deferred re-arms that found completions waiting and raised the
+    /// event themselves.
+    deferred_arms: AtomicU64,
+    raised: AtomicU64,
     _token: Token,
+}
+
+/// What a legacy CQ's DIM has done, for the tests and the benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub(crate) samples: u64,
+    pub(crate) profile_changes: u64,
+    pub(crate) deferred_arms: u64,
+    pub(crate) raised: u64,
 }
 
 impl AttachedHandler for LegacyDim {
@@ -40,6 +55,12 @@ impl AttachedHandler for LegacyDim {
         this.hw_moderation
             .store(applied.in_hardware(), Ordering::Release);
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn deferred_arm_done(d: &Attached<Self>, raised: bool) {
+        if raised {
+            d.data().raised.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -56,6 +77,8 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
             hw_moderation: AtomicBool::new(cq.device().has_modify_cq()),
             samples: AtomicU64::new(0),
             profile_changes: AtomicU64::new(0),
+            deferred_arms: AtomicU64::new(0),
+            raised: AtomicU64::new(0),
             _token: Token::new(Kind::LegacyDim),
         },
     )
@@ -85,14 +108,56 @@ pub(crate) fn profile(cq: &UlpCq) -> Result<(u16, u16)> {
     Ok((p.usec, p.comps))
 }
 
-/// Returns the samples and profile changes of `cq`'s attached DIM.
+/// Re-arms `cq` as the profile in force asks (see `ibext_dim_arm`): at once at profile 0 or
+/// where the device moderates itself, otherwise after the profile's time. Returns what
+/// `ib_req_notify_cq()` returned, or 0 for a deferred arm; `EINVAL` for bad flags or a CQ
+/// without a completion handler.
+pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
+    let flags = ArmFlags::from_raw(flags)?;
+    if !cq.has_comp_handler() {
+        // Nothing could tell the ULP of its completions.
+        return Err(EINVAL);
+    }
+    let Some(d) = Attached::<LegacyDim>::of(cq) else {
+        warn_on_once!(true, "ibext_dim_arm: no ibext DIM attached to the CQ");
+        return Ok(cq.req_notify(flags));
+    };
+    let ix = d.profile_ix();
+    let usec = if ix == 0 || d.data().hw_moderation.load(Ordering::Acquire) {
+        0
+    } else {
+        u32::from(moderation::profile(ix).usec)
+    };
+    let usec = seams::legacy_defer_us(usec);
+    if usec == 0 {
+        return Ok(cq.req_notify(flags));
+    }
+    d.data().deferred_arms.fetch_add(1, Ordering::Relaxed);
+    d.defer_arm(flags, usec);
+    Ok(0)
+}
+
+/// Returns the counters of `cq`'s attached DIM.
 #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
-pub(crate) fn counters(cq: &UlpCq) -> Option<(u64, u64)> {
-    let d = Attached::<LegacyDim>::of(cq)?;
-    Some((
-        d.data().samples.load(Ordering::Relaxed),
-        d.data().profile_changes.load(Ordering::Relaxed),
-    ))
+pub(crate) fn counters(cq: &UlpCq) -> Option<Counters> {
+    let d = Attached::<LegacyDim>::of(cq)?.data();
+    Some(Counters {
+        samples: d.samples.load(Ordering::Relaxed),
+        profile_changes: d.profile_changes.load(Ordering::Relaxed),
+        deferred_arms: d.deferred_arms.load(Ordering::Relaxed),
+        raised: d.raised.load(Ordering::Relaxed),
+    })
+}
+
+/// Tests only: runs `cq`'s deferred re-arm now, as if its time had come; false without ibext's
+/// DIM.
+#[cfg(ibext_kunit)]
+pub(crate) fn test_expire_deferred(cq: &UlpCq) -> bool {
+    let Some(d) = Attached::<LegacyDim>::of(cq) else {
+        return false;
+    };
+    d.test_expire_deferred();
+    true
 }
 
 /// Tests only: forces lib/dim's decision `ix` on `cq`'s attached DIM (see

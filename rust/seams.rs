@@ -92,6 +92,17 @@ pub(crate) fn aging_off() -> bool {
     false
 }
 
+/// How long a legacy ULP's re-arm is deferred, given the profile's `usec` (0: at once): `usec`,
+/// or in the KUnit flavour the tests' override (`tests::hooks::LEGACY_DEFER_US`), which holds
+/// a deferred re-arm until the test runs it.
+#[inline(always)]
+pub(crate) fn legacy_defer_us(usec: u32) -> u32 {
+    #[cfg(ibext_kunit)]
+    return crate::tests::hooks::legacy_defer_us(usec);
+    #[cfg(not(ibext_kunit))]
+    usec
+}
+
 /// Whether a test holds back the passes of the pooled CQ at `obj` (`tests::hooks::HoldPasses`);
 /// a held CQ remembers that a pass was wanted, and the test runs it when it lets go.
 #[cfg(ibext_kunit)]

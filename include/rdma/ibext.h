@@ -120,8 +120,9 @@ void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
  * For ULPs that own their CQs and poll them themselves.  After each poll
  * loop the ULP calls ibext_dim_sample() with the completions it handled.
  * ibext runs the kernel's rdma_dim() on the samples and applies a new profile
- * with the device's modify_cq where it has one; elsewhere (rxe) the ULP reads
- * the profile with ibext_dim_profile() and may defer its own re-arm.  The ULP
+ * with the device's modify_cq where it has one; elsewhere (rxe) it is applied
+ * in software if the ULP re-arms with ibext_dim_arm() instead of ib_req_notify_cq(), which
+ * defers the re-arm by the profile's period (software moderation).  The ULP
  * calls ibext_dim_detach() before it destroys the CQ.
  *
  * Context: process context; may sleep.
@@ -164,6 +165,35 @@ void ibext_dim_detach(struct ib_cq *cq);
  * Return: 0; -EINVAL for a NULL argument or a CQ without ibext's DIM.
  */
 int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps);
+
+/**
+ * ibext_dim_arm() - Re-arm a CQ as its DIM profile asks
+ * @cq: a CQ with ibext's DIM attached, made with a comp_handler
+ * @flags: as for ib_req_notify_cq(): IB_CQ_NEXT_COMP or IB_CQ_SOLICITED,
+ *	optionally with IB_CQ_REPORT_MISSED_EVENTS
+ *
+ * Called by the ULP instead of ib_req_notify_cq() after a poll loop.  Where
+ * the device moderates the CQ itself (it took the profile with modify_cq),
+ * or at profile 0, it is ib_req_notify_cq().  Otherwise (rxe, and every
+ * device without modify_cq) ibext moderates in software: the re-arm is
+ * deferred by the profile's period, so that completions batch as they would
+ * under the device's moderation.  A deferred re-arm loses nothing: when it
+ * runs it arms @cq with IB_CQ_REPORT_MISSED_EVENTS and, if completions
+ * arrived meanwhile, calls the CQ's comp_handler itself, with interrupts off,
+ * as a driver would (in softirq context).  Arms made while one is deferred
+ * join it (IB_CQ_NEXT_COMP if any asked for it).  ibext_dim_detach() does a
+ * deferred re-arm at once, so comp_handler may run before it returns.  The
+ * ULP may keep polling after the call, as after ib_req_notify_cq().  Without
+ * DIM attached it warns once and calls ib_req_notify_cq().
+ *
+ * Context: any context the ULP polls in; does not sleep.  Never concurrently
+ * with ibext_dim_detach() on @cq.
+ * Return: what ib_req_notify_cq() returned if the CQ was armed at once
+ * (with IB_CQ_REPORT_MISSED_EVENTS, positive if completions may be waiting);
+ * 0 if the re-arm was deferred; -EINVAL for a NULL @cq, invalid @flags or a
+ * CQ without a comp_handler.
+ */
+int ibext_dim_arm(struct ib_cq *cq, unsigned int flags);
 
 /**
  * ibext_find_gid() - Find a GID in a device's GID tables, in O(1)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! CQs as ibext sees them: the poll contexts, a CQ's address as a handle ([`CqPtr`]), and
-//! [`UlpCq`], the view of a CQ a ULP made and polls itself. A CQ that ibext polls itself is
+//! [`UlpCq`], the view of a CQ a ULP made and polls itself, with the [`ArmFlags`] it is armed
+//! with. A CQ that ibext polls itself is
 //! `engine::pooled_cq::PooledCq`.
 
 use crate::{bindings, ib::Device};
@@ -79,6 +80,61 @@ impl CqPtr {
     }
 }
 
+/// A valid `enum ib_cq_notify_flags` set: exactly one of `IB_CQ_SOLICITED` and
+/// `IB_CQ_NEXT_COMP`, and perhaps `IB_CQ_REPORT_MISSED_EVENTS`.
+///
+/// # Invariants
+///
+/// `self.0` is such a set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ArmFlags(u8);
+
+impl ArmFlags {
+    const SOLICITED: u8 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED as u8;
+    const NEXT_COMP: u8 = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP as u8;
+    const MISSED: u8 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS as u8;
+
+    /// Validates the C flags; `EINVAL` for anything but a valid set.
+    pub(crate) fn from_raw(flags: u32) -> Result<Self> {
+        let which = flags & u32::from(Self::SOLICITED | Self::NEXT_COMP);
+        let known = u32::from(Self::SOLICITED | Self::NEXT_COMP | Self::MISSED);
+        if flags & !known != 0
+            || (which != u32::from(Self::SOLICITED) && which != u32::from(Self::NEXT_COMP))
+        {
+            return Err(EINVAL);
+        }
+        // INVARIANT: one of the two, and nothing unknown.
+        Ok(ArmFlags(flags as u8))
+    }
+
+    /// The bits to remember a deferred arm by (never 0).
+    pub(crate) fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The arm that covers every arm whose bits were or-ed into `bits`: `IB_CQ_NEXT_COMP` if
+    /// any asked for it (it reports a superset of solicited completions), and always
+    /// `IB_CQ_REPORT_MISSED_EVENTS` (a deferred arm must see what arrived while it waited).
+    /// `None` for 0: nothing was asked.
+    pub(crate) fn merged(bits: u8) -> Option<Self> {
+        if bits == 0 {
+            return None;
+        }
+        let which = if bits & Self::NEXT_COMP != 0 {
+            Self::NEXT_COMP
+        } else {
+            Self::SOLICITED
+        };
+        // INVARIANT: one of the two, and the missed-events bit.
+        Some(ArmFlags(which | Self::MISSED))
+    }
+
+    /// The C value.
+    pub(crate) fn raw(self) -> bindings::ib_cq_notify_flags {
+        self.0.into()
+    }
+}
+
 /// A CQ that a ULP made itself (`ib_create_cq`) and polls itself, as ibext's DIM for legacy
 /// ULPs (`legacy_dim.rs`) sees it.
 ///
@@ -127,6 +183,19 @@ impl UlpCq {
     pub(crate) fn polled_by_core(&self) -> bool {
         // SAFETY: The CQ is alive (type invariant).
         unsafe { bindings::ibext_shim_cq_polled_by_core(self.as_raw()) }
+    }
+
+    /// Whether the CQ was made with a completion handler (`ib_create_cq`'s `comp_handler`).
+    pub(crate) fn has_comp_handler(&self) -> bool {
+        // SAFETY: The CQ is alive (type invariant); the handler is fixed at creation.
+        !unsafe { bindings::ibext_shim_cq_comp_handler(self.as_raw()) }.is_null()
+    }
+
+    /// `ib_req_notify_cq(cq, flags)`: arms the CQ; returns the driver's result (with
+    /// `IB_CQ_REPORT_MISSED_EVENTS`, positive if completions may be waiting).
+    pub(crate) fn req_notify(&self, flags: ArmFlags) -> i32 {
+        // SAFETY: The CQ is alive (type invariant); `flags` is a valid set (`ArmFlags`).
+        unsafe { bindings::ibext_shim_req_notify_cq(self.as_raw(), flags.raw()) }
     }
 
     /// The CQ's `dim` pointer, as an atomic.

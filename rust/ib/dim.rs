@@ -2,10 +2,18 @@
 
 //! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PooledCq`) and legacy ULPs'
 //! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
-//! [`Attached`], a DIM hung off a ULP's own CQ.
+//! [`Attached`], a DIM hung off a ULP's own CQ, with its deferred re-arm.
 
-use crate::{backport::sync::LockClass, bindings, ib::cq::UlpCq};
-use core::{pin::Pin, ptr::NonNull, sync::atomic::Ordering};
+use crate::{
+    backport::sync::LockClass,
+    bindings,
+    ib::cq::{ArmFlags, UlpCq},
+};
+use core::{
+    pin::Pin,
+    ptr::NonNull,
+    sync::atomic::{AtomicU8, Ordering},
+};
 use kernel::{prelude::*, types::Opaque};
 
 /// The work function lib/dim schedules when it picks a new profile.
@@ -130,21 +138,30 @@ pub(crate) trait AttachedHandler: Sized + Send + Sync {
     /// lib/dim picked a new profile (process context, lib/dim's work): apply it
     /// ([`Attached::apply_profile`]).
     fn profile_chosen(d: &Attached<Self>);
+
+    /// A deferred re-arm ([`Attached::defer_arm`]) was done; `raised` if it found completions
+    /// waiting and called the CQ's completion handler.
+    fn deferred_arm_done(d: &Attached<Self>, raised: bool);
 }
 
 /// lib/dim's state for a CQ that a ULP polls itself, hung off the CQ's own `dim` pointer, with
-/// the owner's `data`.
+/// the owner's `data`, and a timer for the ULP's deferred re-arms (software moderation).
 ///
 /// # Invariants
 ///
 /// While attached, the CQ's `dim` points to `dim`, `dim.priv` to this object and `dim.work`'s
 /// function is `Attached::<T>::work_fn` (how [`Attached::of`] recognises it); the object was
 /// leaked from a pinned `KBox` by [`Attached::attach`] and is freed in place by
-/// [`Attached::detach`], after the work is cancelled.
+/// [`Attached::detach`], after the timer and the work are cancelled. `pending` is 0 or the
+/// or-ed [`ArmFlags::bits`] of the arms deferred since the timer last ran; the timer is queued
+/// whenever it is not 0, and the CQ then has a completion handler.
 #[pin_data]
 pub(crate) struct Attached<T: AttachedHandler> {
     #[pin]
     dim: Opaque<bindings::dim>,
+    #[pin]
+    timer: Opaque<bindings::hrtimer>,
+    pending: AtomicU8,
     cq: *mut bindings::ib_cq,
     data: T,
     #[pin]
@@ -152,7 +169,8 @@ pub(crate) struct Attached<T: AttachedHandler> {
 }
 
 // SAFETY: `dim` is used by one sampler at a time (`UlpCq`'s invariants) and by lib/dim's work;
-// `cq` is only passed to ib_core; `T` is `Send + Sync`.
+// `timer` by the hrtimer core, `pending` atomically; `cq` is only passed to ib_core; `T` is
+// `Send + Sync`.
 unsafe impl<T: AttachedHandler> Send for Attached<T> {}
 // SAFETY: As for `Send`.
 unsafe impl<T: AttachedHandler> Sync for Attached<T> {}
@@ -171,6 +189,11 @@ impl<T: AttachedHandler> Attached<T> {
         let this = KBox::pin_init(
             pin_init!(Self {
                 dim <- new_dim(Self::work_fn, c"ibext_legacy_dim", &ATTACHED_CLASS),
+                timer <- Opaque::ffi_init(|p: *mut bindings::hrtimer| {
+                    // SAFETY: `p` is valid for writes.
+                    unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }
+                }),
+                pending: AtomicU8::new(0),
                 cq: cq.as_raw(),
                 data,
                 _pin: core::marker::PhantomPinned,
@@ -225,12 +248,18 @@ impl<T: AttachedHandler> Attached<T> {
         (this.dim.get() == dim.as_ptr()).then_some(this)
     }
 
-    /// Detaches and frees the DIM attached to `cq`; false if it had none of this `T`.
+    /// Detaches and frees the DIM attached to `cq`; false if it had none of this `T`. A re-arm
+    /// still deferred is done first, here (see [`Attached::defer_arm`]): the CQ is left as the
+    /// ULP asked, and nothing that arrived meanwhile is lost.
     pub(crate) fn detach(cq: &UlpCq) -> bool {
         let Some(this) = Self::of(cq) else {
             return false;
         };
         let raw = core::ptr::from_ref(this).cast_mut();
+        // SAFETY: The timer was initialized in `attach`; only `defer_arm` starts it, which the
+        // ULP no longer calls (`UlpCq`'s invariants), so once cancelled it stays idle.
+        unsafe { bindings::hrtimer_cancel(this.timer.get()) };
+        this.run_deferred();
         cq.dim_slot()
             .store(core::ptr::null_mut(), Ordering::Release);
         // SAFETY: The work belongs to the object, which is still alive; nothing queues it any
@@ -261,6 +290,53 @@ impl<T: AttachedHandler> Attached<T> {
     /// Returns the owner's data.
     pub(crate) fn data(&self) -> &T {
         &self.data
+    }
+
+    /// Defers the ULP's re-arm by `usec` microseconds: then the CQ is armed with `flags` (and
+    /// `IB_CQ_REPORT_MISSED_EVENTS`), and if completions arrived meanwhile, its completion
+    /// handler is called as the device would have called it (`ibext_shim_cq_arm_or_raise`).
+    /// Arms deferred together become one, the widest asked ([`ArmFlags::merged`]). The CQ must
+    /// have a completion handler.
+    pub(crate) fn defer_arm(&self, flags: ArmFlags, usec: u32) {
+        // The first arm of a batch starts the timer; later ones join it. A callback running
+        // now may take this arm's bits or leave them to the timer started here: either way
+        // they are armed once, and a callback that finds nothing does nothing.
+        if self.pending.fetch_or(flags.bits(), Ordering::AcqRel) == 0 {
+            // SAFETY: The timer was initialized in `attach` and is cancelled in `detach`.
+            unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec) };
+        }
+    }
+
+    /// Does the deferred re-arm, if one is pending.
+    fn run_deferred(&self) {
+        let Some(flags) = ArmFlags::merged(self.pending.swap(0, Ordering::AcqRel)) else {
+            return;
+        };
+        // SAFETY: The CQ is alive while attached and has a completion handler (type
+        // invariants); `flags` includes `IB_CQ_REPORT_MISSED_EVENTS`.
+        let raised = unsafe { bindings::ibext_shim_cq_arm_or_raise(self.cq, flags.raw()) };
+        T::deferred_arm_done(self, raised);
+    }
+
+    /// Tests only: runs the deferred re-arm now, as if its time had come.
+    #[cfg(ibext_kunit)]
+    pub(crate) fn test_expire_deferred(&self) {
+        // SAFETY: As in `detach`; a callback running now finishes first.
+        unsafe { bindings::hrtimer_cancel(self.timer.get()) };
+        self.run_deferred();
+    }
+
+    /// The deferred re-arm's timer (softirq context).
+    ///
+    /// # Safety
+    ///
+    /// Called by the hrtimer core only, with the `timer` of an attached object.
+    unsafe extern "C" fn timer_fn(timer: *mut bindings::hrtimer) -> bindings::hrtimer_restart {
+        // SAFETY: `timer` is the `timer` field of a live object: `detach` cancels the timer
+        // before it frees the object.
+        let this = unsafe { &*kernel::container_of!(timer, Self, timer) };
+        this.run_deferred();
+        bindings::hrtimer_restart_HRTIMER_NORESTART
     }
 
     /// Tests only: forces lib/dim's decision `ix` (see [`test_force_profile`]).

@@ -427,7 +427,7 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
             unsafe { bindings::msleep(1) };
         }
     }
-    kassert_eq!(counters().map(|c| c.0), Some(1024));
+    kassert_eq!(counters().map(|c| c.samples), Some(1024));
     kassert_eq!(profile(cq, &mut usec, &mut comps), 0);
     let in_table = RDMA_DIM_PROFILES
         .iter()
@@ -437,7 +437,7 @@ fn legacy_checks(dev: &DeviceRef, cq: *mut bindings::ib_cq) -> TestResult {
         "dim: legacy CQ after 1024 samples: profile ({} usec, {} comps), {} profile changes\n",
         usec,
         comps,
-        counters().map_or(0, |c| c.1)
+        counters().map_or(0, |c| c.profile_changes)
     );
 
     detach(cq);
@@ -487,7 +487,7 @@ fn legacy_ulp_traffic() -> TestResult {
         }
         drop(lb);
         // SAFETY: `cq` is our live CQ.
-        let samples = legacy_dim::counters(unsafe { UlpCq::from_raw(cq) }).map_or(0, |c| c.0);
+        let samples = legacy_dim::counters(unsafe { UlpCq::from_raw(cq) }).map_or(0, |c| c.samples);
         kassert!(samples > 0);
         pr_info!(
             "dim: legacy ULP loop: {} samples over 8 checked rounds\n",

@@ -39,6 +39,21 @@ pub(crate) fn aging_now(now_ms: u64) -> Option<u64> {
     }
 }
 
+/// The deferral of legacy re-arms that are deferred at all (`seams::legacy_defer_us`), in
+/// microseconds; 0 (the default) keeps the profile's. `ibext_dim_arm` sets an hour, so that a
+/// deferred re-arm waits for the test to run it.
+pub(crate) static LEGACY_DEFER_US: AtomicU32 = AtomicU32::new(0);
+
+/// Returns the deferral of a legacy re-arm the profile defers by `usec` (see
+/// [`LEGACY_DEFER_US`]).
+pub(crate) fn legacy_defer_us(usec: u32) -> u32 {
+    match LEGACY_DEFER_US.load(Ordering::Acquire) {
+        0 => usec,
+        _ if usec == 0 => 0,
+        held => held,
+    }
+}
+
 /// Aging switched off, as before it existed: puts queue no pass (the benchmarks' baseline).
 pub(crate) static AGING_OFF: AtomicBool = AtomicBool::new(false);
 

@@ -8,6 +8,7 @@
 mod bench;
 mod cq_pool;
 mod dim;
+mod dim_arm;
 mod elastic;
 mod faults;
 mod fixtures;

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `ibext_dim_arm`: software moderation of a legacy ULP's own CQ on rxe, which has no
+//! `modify_cq`. The ULP here is the one RDS is: a CQ made with `ib_create_cq` and a completion
+//! handler, polled by the ULP, sampled with `ibext_dim_sample()` and re-armed with
+//! `ibext_dim_arm()` instead of `ib_req_notify_cq()`.
+//!
+//! What is asserted is forced: profiles are set by the test (as lib/dim sets them), and a
+//! deferred re-arm is held (`tests::hooks::LEGACY_DEFER_US`) until the test runs it, after the
+//! completions it must report are in the CQ. How much batching the deferral buys under load is
+//! measured by `make bench` (the RDS benchmark), not asserted here.
+
+use crate::{
+    backport::bug::expect_warnings,
+    bindings,
+    capi::{ibext_dim_arm, ibext_dim_attach, ibext_dim_detach, ibext_dim_sample},
+    ib::cq::UlpCq,
+    kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, TestResult},
+    legacy_dim::{self, Counters},
+    tests::{
+        fixtures::{
+            guest::{msleep, required, DeviceRef},
+            traffic::Loopback,
+        },
+        hooks::LEGACY_DEFER_US,
+    },
+};
+use core::{
+    ffi::c_void,
+    sync::atomic::{AtomicU32, Ordering},
+};
+use kernel::{c_str, prelude::*};
+
+const NEXT_COMP: u32 = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP;
+const SOLICITED: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED;
+const MISSED: u32 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+
+/// The completion handler of the tests' CQs: counts the events the device (or ibext's deferred
+/// re-arm) raised, in the `AtomicU32` the CQ's context points to.
+///
+/// # Safety
+///
+/// Called by the driver or ibext only, with the context [`with_cq`] gave the CQ.
+unsafe extern "C" fn count_event(_cq: *mut bindings::ib_cq, ctx: *mut c_void) {
+    // SAFETY: `ctx` is the counter `with_cq` keeps alive until the CQ is destroyed.
+    unsafe { &*ctx.cast::<AtomicU32>() }.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Runs `f` on rxe0 with a legacy ULP's CQ of `cqe` entries and the event counter of its
+/// completion handler ([`count_event`], or none if `!handler`); afterwards detaches ibext's DIM
+/// if `f` left it attached, and destroys the CQ.
+fn with_cq(
+    cqe: u32,
+    handler: bool,
+    f: impl FnOnce(&DeviceRef, *mut bindings::ib_cq, &AtomicU32) -> TestResult,
+) -> TestResult {
+    let dev = required(c_str!("rxe0"))?;
+    let events = KBox::new(AtomicU32::new(0), GFP_KERNEL)?;
+    let attr = bindings::ib_cq_init_attr {
+        cqe,
+        comp_vector: 0,
+        flags: 0,
+    };
+    let ctx: *const AtomicU32 = &*events;
+    // SAFETY: rxe0 is held; the handler and its context outlive the CQ; `attr` and the name
+    // outlive the call.
+    let cq = kernel::error::from_err_ptr(unsafe {
+        bindings::__ib_create_cq(
+            dev.device().as_raw(),
+            if handler { Some(count_event) } else { None },
+            None,
+            ctx.cast_mut().cast(),
+            &attr,
+            c"ibext_test".as_ptr().cast(),
+        )
+    })?;
+    let r = f(&dev, cq, &events);
+    // SAFETY: Our CQ, whose QPs `f` destroyed; DIM detached here if `f` stopped early.
+    unsafe {
+        let ucq = UlpCq::from_raw(cq);
+        if legacy_dim::counters(ucq).is_some() {
+            legacy_dim::detach(ucq);
+        }
+        bindings::ib_destroy_cq_user(cq, core::ptr::null_mut());
+    }
+    r
+}
+
+/// `ibext_dim_arm()` on `cq`, which is null or one of the tests' live CQs.
+fn arm(cq: *mut bindings::ib_cq, flags: u32) -> i32 {
+    // SAFETY: `cq` is null or live; the tests arm from one thread and never while detaching.
+    unsafe { ibext_dim_arm(cq, flags) }
+}
+
+/// The counters of `cq`'s DIM (all zero without it).
+fn counters(cq: *mut bindings::ib_cq) -> Counters {
+    // SAFETY: `cq` is one of the tests' live CQs.
+    legacy_dim::counters(unsafe { UlpCq::from_raw(cq) }).unwrap_or_default()
+}
+
+/// The ULP's poll loop: polls `cq` empty, hands every completion to its `wr_cqe`, and samples
+/// DIM if it is attached. Returns the completions handled.
+fn drain(cq: *mut bindings::ib_cq, sample: bool) -> u32 {
+    let mut wcs: [bindings::ib_wc; 16] = Default::default();
+    let mut total = 0;
+    loop {
+        // SAFETY: `cq` is live and `wcs` holds 16 entries.
+        let n = unsafe { bindings::ibext_test_poll_cq(cq, 16, wcs.as_mut_ptr()) };
+        let n = u32::try_from(n).unwrap_or(0);
+        for wc in wcs.iter_mut().take(n as usize) {
+            // SAFETY: A completion of the loopback's work requests: its `wr_cqe` is a live
+            // context whose `done` expects this CQ and completion.
+            unsafe {
+                let cqe = wc.__bindgen_anon_1.wr_cqe;
+                if let Some(done) = (*cqe).done {
+                    done(cq, wc);
+                }
+            }
+        }
+        total += n;
+        if n < 16 {
+            break;
+        }
+    }
+    if sample {
+        // SAFETY: `cq` has ibext's DIM attached; one sampler.
+        unsafe { ibext_dim_sample(cq, total) };
+    }
+    total
+}
+
+/// Forces lib/dim's decision `ix` on `cq`; returns whether the device moderates it itself.
+fn force_profile(cq: *mut bindings::ib_cq, ix: u8) -> Option<bool> {
+    // SAFETY: `cq` is one of the tests' live CQs.
+    legacy_dim::test_force_profile(unsafe { UlpCq::from_raw(cq) }, ix)
+}
+
+/// Runs `cq`'s deferred re-arm now.
+fn expire(cq: *mut bindings::ib_cq) -> bool {
+    // SAFETY: `cq` is one of the tests' live CQs; nothing arms it meanwhile.
+    legacy_dim::test_expire_deferred(unsafe { UlpCq::from_raw(cq) })
+}
+
+/// Holds every deferred re-arm for an hour, until the test runs it; let go on drop.
+struct HeldDeferrals;
+
+impl HeldDeferrals {
+    fn new() -> Self {
+        LEGACY_DEFER_US.store(3_600_000_000, Ordering::Release);
+        HeldDeferrals
+    }
+}
+
+impl Drop for HeldDeferrals {
+    fn drop(&mut self) {
+        LEGACY_DEFER_US.store(0, Ordering::Release);
+    }
+}
+
+/// Every misuse of `ibext_dim_arm()` gives its errno and changes nothing; without ibext's DIM
+/// it warns once and arms at once, for real: the next completion raises an event.
+fn arm_bad_input() -> TestResult {
+    let einval = EINVAL.to_errno();
+    kassert_eq!(arm(core::ptr::null_mut(), NEXT_COMP), einval);
+    bad_input_ok("dim_arm.null");
+    with_cq(16, false, |_, cq, _| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(arm(cq, NEXT_COMP), einval);
+        kassert_eq!(counters(cq), Counters::default());
+        bad_input_ok("dim_arm.no_handler");
+        Ok(())
+    })?;
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(force_profile(cq, 4), Some(false));
+        for flags in [0, SOLICITED | NEXT_COMP, MISSED, 8, NEXT_COMP | 0x100] {
+            kassert_eq!(arm(cq, flags), einval, "flags {:#x}", flags);
+        }
+        kassert_eq!(counters(cq).deferred_arms, 0);
+        bad_input_ok("dim_arm.bad_flags");
+        // SAFETY: Attached above; nobody samples or arms it meanwhile.
+        unsafe { ibext_dim_detach(cq) };
+        let mut ret = -1;
+        kassert_eq!(expect_warnings(|| ret = arm(cq, NEXT_COMP)), 1);
+        kassert_eq!(ret, 0);
+        let e0 = events.load(Ordering::Acquire);
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        let res = lb.round_polled(0, false, 20_000, &mut || {
+            if events.load(Ordering::Acquire) > e0 {
+                drain(cq, false);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "{:?}", res);
+        kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+        bad_input_ok("dim_arm.not_attached");
+        Ok(())
+    })
+}
+
+/// At profile 0 the re-arm is `ib_req_notify_cq()` at once: nothing is deferred, and the first
+/// completion raises the CQ's event.
+fn arms_at_once_at_profile_zero() -> TestResult {
+    let _held = HeldDeferrals::new();
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(force_profile(cq, 0), Some(false));
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        for round in 0..4u32 {
+            let e0 = events.load(Ordering::Acquire);
+            kassert_eq!(arm(cq, NEXT_COMP), 0);
+            let res = lb.round_polled(round, round % 2 == 1, 20_000, &mut || {
+                if events.load(Ordering::Acquire) > e0 {
+                    drain(cq, true);
+                }
+                msleep(1);
+            });
+            kassert!(res.is_ok(), "round {}: {:?}", round, res);
+            kassert_eq!(events.load(Ordering::Acquire), e0 + 1, "round {}", round);
+        }
+        kassert_eq!(counters(cq).deferred_arms, 0);
+        Ok(())
+    })
+}
+
+/// A deferred re-arm loses nothing and raises no event twice: completions that arrive while it
+/// waits are reported by its own arm (one event, raised by ibext); one that finds the CQ empty
+/// arms it, so the next completion raises the event itself; arms deferred together become the
+/// widest (a solicited-only arm joined by a next-completion arm reports an unsolicited
+/// completion); and detaching does a pending re-arm at once.
+fn deferred_rearm_raises_missed_completions() -> TestResult {
+    let _held = HeldDeferrals::new();
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        // rxe has no modify_cq: profile 5 (16 usec) is applied in software.
+        kassert_eq!(force_profile(cq, 5), Some(false));
+        // Two receives and two sends: four completions per round on `cq`.
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        let ready = || {
+            // SAFETY: `cq` is live.
+            unsafe { bindings::ibext_test_peek_cq(cq, 4) >= 4 }
+        };
+
+        // Completions arrive while the re-arm waits; running it raises one event.
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        kassert_eq!(counters(cq).deferred_arms, 1);
+        let e0 = events.load(Ordering::Acquire);
+        let (mut phase, mut quiet, mut expired) = (0, false, false);
+        let res = lb.round_polled(0, false, 20_000, &mut || {
+            match phase {
+                0 if ready() => {
+                    // The CQ is not armed: the device raised nothing for them.
+                    quiet = events.load(Ordering::Acquire) == e0;
+                    expired = expire(cq);
+                    phase = 1;
+                }
+                1 if events.load(Ordering::Acquire) > e0 => {
+                    drain(cq, true);
+                    phase = 2;
+                }
+                2 => {
+                    drain(cq, true);
+                }
+                _ => (),
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "missed completions: {:?}", res);
+        kassert!(expired);
+        kassert!(quiet, "an event was raised for an unarmed CQ");
+        kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+        kassert_eq!(counters(cq).raised, 1);
+
+        // A re-arm that finds the CQ empty arms it: the device raises the next event.
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        kassert!(expire(cq));
+        kassert_eq!(counters(cq).raised, 1);
+        let e1 = events.load(Ordering::Acquire);
+        let res = lb.round_polled(1, true, 20_000, &mut || {
+            if events.load(Ordering::Acquire) > e1 {
+                drain(cq, true);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "armed by the deferred re-arm: {:?}", res);
+        kassert_eq!(events.load(Ordering::Acquire), e1 + 1);
+
+        // Two arms deferred together: the solicited-only one joined by a next-completion one
+        // is armed as the latter, so the (unsolicited) completions raise an event.
+        kassert_eq!(arm(cq, SOLICITED), 0);
+        kassert_eq!(arm(cq, NEXT_COMP | MISSED), 0);
+        kassert_eq!(counters(cq).deferred_arms, 4);
+        kassert!(expire(cq));
+        let e2 = events.load(Ordering::Acquire);
+        let res = lb.round_polled(2, false, 20_000, &mut || {
+            if events.load(Ordering::Acquire) > e2 {
+                drain(cq, true);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "joined arms: {:?}", res);
+        kassert_eq!(events.load(Ordering::Acquire), e2 + 1);
+
+        // Detaching with a re-arm pending and completions waiting raises their event at once.
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        let e3 = events.load(Ordering::Acquire);
+        let (mut phase, mut quiet) = (0, false);
+        let res = lb.round_polled(3, false, 20_000, &mut || {
+            if phase == 0 && ready() {
+                quiet = events.load(Ordering::Acquire) == e3;
+                // SAFETY: Attached; nobody samples or arms it meanwhile.
+                unsafe { ibext_dim_detach(cq) };
+                phase = 1;
+            } else if phase == 1 && events.load(Ordering::Acquire) > e3 {
+                drain(cq, false);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "detach with a re-arm pending: {:?}", res);
+        kassert!(quiet, "an event was raised for an unarmed CQ");
+        kassert_eq!(events.load(Ordering::Acquire), e3 + 1);
+        Ok(())
+    })
+}
+
+/// A legacy ULP on software moderation, as RDS runs: on each event it polls, samples, re-arms
+/// with `ibext_dim_arm()` and polls again. From the highest profile (32 usec; lib/dim moves it
+/// as the samples come), re-arms are deferred by the real timer, and every completion of 8
+/// checked rounds still arrives exactly once.
+fn soft_moderation_exactly_once() -> TestResult {
+    const QPS: usize = 4;
+    const DEPTH: usize = 16;
+    with_cq((4 * QPS * DEPTH) as u32, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(force_profile(cq, 8), Some(false));
+        let mut lb = Loopback::new(dev.device(), DEPTH, &[(cq, cq); QPS])?;
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        let mut handled = events.load(Ordering::Acquire);
+        let mut polls = 0u64;
+        for round in 0..8u32 {
+            let res = lb.round_polled(round, round % 2 == 1, 20_000, &mut || {
+                let now = events.load(Ordering::Acquire);
+                if now != handled {
+                    handled = now;
+                    drain(cq, true);
+                    let _ = arm(cq, NEXT_COMP);
+                    drain(cq, true);
+                    polls += 1;
+                }
+                msleep(1);
+            });
+            kassert!(res.is_ok(), "round {}: {:?}", round, res);
+        }
+        drop(lb);
+        let c = counters(cq);
+        kassert!(c.deferred_arms > 0);
+        pr_info!(
+            "dim_arm: 8 rounds, {} completions: {} events, {} ULP polls, {} deferred re-arms, {} raised by them\n",
+            8 * 2 * QPS * DEPTH,
+            events.load(Ordering::Acquire),
+            polls,
+            c.deferred_arms,
+            c.raised
+        );
+        Ok(())
+    })
+}
+
+kunit_suite!(
+    ibext_dim_arm,
+    [
+        arm_bad_input,
+        arms_at_once_at_profile_zero,
+        deferred_rearm_raises_missed_completions,
+        soft_moderation_exactly_once,
+    ]
+);
