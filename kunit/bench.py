@@ -37,6 +37,8 @@ METRICS = {
     "drain_ns", "ns_per_completion",
     "ios", "srq_limit_events", "srq_limit_arms", "srq_limit_arms_total",
     "rnr_naks", "rnr_naks_per_io",
+    "seconds", "messages", "msgs_per_s", "events_per_msg", "rtt_p50_us", "rtt_p99_us",
+    "ib_evt_handler_call", "ib_tasklet_call", "ib_tx_cq_event", "ib_rx_cq_event",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -191,6 +193,13 @@ GOALS = [
     Goal("SRP completion events per I/O, ADAPTIVE port / upstream, depth >= 32", "srp",
          "events_per_io", "adaptive", "upstream", "le", 1.0,
          select=lambda c, cs: c["depth"] >= 32),
+    Goal("RDS messages/s, port / upstream rds_rdma", "rds", "msgs_per_s", "port", "upstream",
+         "ge", 1.0),
+    Goal("RDS completion events per message, port / upstream rds_rdma, depth 16", "rds",
+         "events_per_msg", "port", "upstream", "le", 0.70,
+         select=lambda c, cs: c["depth"] >= 16),
+    Goal("RDS round-trip time (median), port / upstream rds_rdma, depth 1", "rds",
+         "rtt_p50_us", "port", "upstream", "le", 1.05, select=lambda c, cs: c["depth"] == 1),
     Goal("NVMe/RDMA target receive bytes, port / upstream with use_srq=1", "nvme_mem",
          "target_recv_bytes", "ibext", "upstream_srq", "le", 1.0),
     Goal("NVMe/RDMA target receive bytes at one host queue, port / upstream without SRQ",
@@ -220,13 +229,17 @@ def print_medians(rows):
     print_table([r for r in med if r.get("bench") == "srp"],
                 ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
                  "events_per_io", "ios"])
+    print_table([r for r in med if r.get("bench") == "rds"],
+                ["bench", "setup", "links", "depth", "size", "reps", "msgs_per_s",
+                 "events_per_msg", "rtt_p50_us", "rtt_p99_us"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],
                 ["bench", "setup", "qps", "nr_cqe", "reps", "peak_cqs", "peak_cqe",
                  "resident_cqs", "resident_cqe"])
     print_table([r for r in med
-                 if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem", "cq_aging", "srp")],
+                 if r.get("bench") not in ("gid", "srq", "nvme", "nvme_mem", "cq_aging", "srp",
+                                               "rds")],
                 ["bench", "setup", "qps", "depth", "ops", "reps", "ops_per_s",
                  "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
                  "cqe_allocated"])

@@ -129,11 +129,13 @@ def documents(args):
             return ["nvme_bench"], []
         if suite == "ibext_srp_bench":
             return ["srp_bench"], []
-        return ["kunit"] + (["nvme_bench", "srp_bench"] if not suite else []), \
+        if suite == "ibext_rds_bench":
+            return ["rds_bench"], []
+        return ["kunit"] + (["nvme_bench", "srp_bench", "rds_bench"] if not suite else []), \
             [suite or "ibext_bench"]
-    docs = {"": ["modules", "rdma_cm", "kunit", "nvme", "srp"],
+    docs = {"": ["modules", "rdma_cm", "kunit", "nvme", "srp", "rds"],
             "ibext_guest": ["modules", "rdma_cm"], "ibext_nvme": ["nvme"],
-            "ibext_srp": ["srp"]}.get(suite, ["kunit"])
+            "ibext_srp": ["srp"], "ibext_rds": ["rds"]}.get(suite, ["kunit"])
     want = [s for s, slow in declared_suites().items() if not slow] if not suite else [suite]
     return docs + ["finish"], want if "kunit" in docs else []
 
@@ -153,9 +155,9 @@ def vng_command(args, flavour, kdir, bdir):
         # 5-level paging", lkml.iu.edu/2606.1/07330.html). 4-level paging avoids it.
         append.append("no5lvl")
     suite = args.suite
-    if args.mode == "bench" and not suite.startswith(("ibext_nvme_", "ibext_srp_")):
+    if args.mode == "bench" and not suite.startswith(("ibext_nvme_", "ibext_srp_", "ibext_rds_")):
         append.append(f"kunit.filter_glob={suite or 'ibext_bench'}")
-    elif suite and suite not in ("ibext_guest", "ibext_nvme", "ibext_srp") and \
+    elif suite and suite not in ("ibext_guest", "ibext_nvme", "ibext_srp", "ibext_rds") and \
             args.mode == "check":
         append.append(f"kunit.filter_glob={suite}")
     if args.mode == "check" and not declared_suites().get(suite.split(".")[0]):

@@ -9,12 +9,22 @@
 #   <out>/ulp/nvme{,t}-rdma.ko             the NVMe over RDMA ports (ulp/)
 #   <out>/ulp/ib_srp{,t}.ko                the SRP ports (ulp/), and
 #   <out>/ulp/ib_srp_{none,dim}.ko         the initiator's variants for make bench
+#   <out>/ulp/rds_rdma.ko                  RDS's IB transport on ibext's DIM (ulp/)
 #   <out>/modroot/lib/modules/<release>    the guest's module tree (below)
 # Usage: build-flavour.sh <kdir> <out> [extra make arguments...]
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 kdir=$1 out=$2
 shift 2
+
+# Kbuild's dependency files name the kernel's headers by path: a build made
+# against another kernel (another config, another cache directory) is not
+# rebuilt by make, so it is thrown away.
+kid=$(cd "$kdir" && pwd -P)
+if [ -d "$out" ] && [ "$(cat "$out/.kdir" 2>/dev/null)" != "$kid" ]; then
+	rm -rf "$out"
+fi
+mkdir -p "$out" && echo "$kid" > "$out/.kdir"
 
 for kind in product kunit; do
 	mkdir -p "$out/$kind"
@@ -66,6 +76,19 @@ for port in srp:ib_srp srpt:ib_srpt; do
 	for f in "$name.c" "$name.h"; do
 		cmp -s "$stage/$dir/$f" "$out/ulp/$f" || cp "$stage/$dir/$f" "$out/ulp/$f"
 	done
+done
+# RDS's IB transport (rds_rdma): all of net/rds is staged, as its objects
+# include the whole transport's private headers, into ulp/rds/; only ib_cm.c
+# is patched (rds_rdma.patch).
+stage=$out/ulp/.stage/rds
+rm -rf "$stage" && mkdir -p "$stage/net/rds" "$out/ulp/rds"
+cp "$src"/net/rds/*.[ch] "$stage/net/rds/"
+patch -s -p1 -d "$stage" < "$top/ulp/rds_rdma.patch" || {
+	echo "ibext: ulp/rds_rdma.patch does not apply to $src/net/rds" >&2
+	exit 1
+}
+for f in "$stage"/net/rds/*.[ch]; do
+	cmp -s "$f" "$out/ulp/rds/${f##*/}" || cp "$f" "$out/ulp/rds/"
 done
 make -s -C "$kdir" LLVM=1 M="$out/ulp" IBEXT_INCLUDE="$top/include" \
 	KBUILD_EXTRA_SYMBOLS="$out/product/Module.symvers" "$@" modules

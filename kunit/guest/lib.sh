@@ -79,3 +79,43 @@ modules_tree() {
 	ln -sfn "$BDIR/modroot$m" $m &&
 		modinfo -n nvmet-rdma | grep -q /updates/
 }
+
+# Traffic between rxe0 and rxe1. Both addresses are the guest's own, so the
+# kernel would route one's packets to the other through lo, where no rxe is.
+# Instead: a bridge joins veth1 and veth3, the far ends of veth0 and veth2;
+# policy rules, ahead of the local table, send what A (veth0) sends to B
+# (veth2) out of veth0 and the reverse out of veth2; and each side accepts
+# packets whose source is a local address (accept_local, no rp_filter).
+# IPv4 only.
+LINK_A=10.14.0.1 LINK_B=10.14.0.2
+# gid_low <device> <last 32 bits>: the IPv4 address's GID is in the device's
+# table at an index below 256.
+gid_low() {
+	f=$(grep -l "ffff:$2\$" /sys/class/infiniband/$1/ports/1/gids/* 2>/dev/null | head -1)
+	[ -n "$f" ] && [ "${f##*/}" -lt 256 ]
+}
+link_devices() {
+	ip link show br0 >/dev/null 2>&1 && return 0
+	# The bridge itself takes no part in IPv4: were it to answer ARP for B,
+	# A's packets would go to br0, where no rxe is (nor does it answer for
+	# an address that is not its own: arp_ignore).
+	modprobe bridge && ip link add br0 type bridge && ip link set br0 arp off up || return 1
+	ip link set veth1 master br0 && ip link set veth3 master br0 || return 1
+	for k in all/rp_filter=0 veth0/rp_filter=0 veth2/rp_filter=0 all/arp_ignore=1 \
+		all/accept_local=1; do
+		echo ${k#*=} > /proc/sys/net/ipv4/conf/${k%=*} || return 1
+	done
+	# main.sh nearly fills rxe0's GID table with veth0's IPv6 addresses, so
+	# A's GID would come at an index above 255, and on 6.12 a connection
+	# cannot use one: ib_global_route.sgid_index is a u8 (rdma_connect()
+	# gives EINVAL). They go first: A's GID takes a low free slot.
+	ip -6 addr flush dev veth0 scope global || return 1
+	ip addr add $LINK_A/24 dev veth0 && ip addr add $LINK_B/24 dev veth2 || return 1
+	wait_for 300 "rxe0's GID of $LINK_A" gid_low rxe0 0a0e:0001 &&
+		wait_for 300 "rxe1's GID of $LINK_B" gid_low rxe1 0a0e:0002 || return 1
+	ip route add $LINK_B dev veth0 src $LINK_A table 14 &&
+		ip route add $LINK_A dev veth2 src $LINK_B table 15 &&
+		ip rule add pref 10 iif lo from $LINK_A to $LINK_B lookup 14 &&
+		ip rule add pref 11 iif lo from $LINK_B to $LINK_A lookup 15 &&
+		ip rule add pref 100 lookup local && ip rule del pref 0
+}

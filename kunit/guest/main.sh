@@ -111,12 +111,13 @@ run)
 	ktap demo bash "$G/demo.sh"
 	;;
 bench)
-	case $SUITE in ibext_nvme_* | ibext_srp_bench) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
+	case $SUITE in ibext_nvme_* | ibext_srp_bench | ibext_rds_bench) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
 	case $SUITE in
 	"" | ibext_nvme_bench) ktap nvme_bench bash "$G/nvme-bench.sh" all ;;
 	ibext_nvme_mem) ktap nvme_bench bash "$G/nvme-bench.sh" mem ;;
 	esac
 	case $SUITE in "" | ibext_srp_bench) ktap srp_bench bash "$G/srp-bench.sh" ;; esac
+	case $SUITE in "" | ibext_rds_bench) ktap rds_bench bash "$G/rds-bench.sh" ;; esac
 	;;
 check)
 	if wanted ibext_guest; then
@@ -124,9 +125,10 @@ check)
 		ktap rdma_cm bash "$G/rdma-cm.sh"
 	fi
 	failslab_setup
-	case $SUITE in ibext_guest | ibext_nvme | ibext_srp) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
+	case $SUITE in ibext_guest | ibext_nvme | ibext_srp | ibext_rds) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
 	! wanted ibext_nvme || ktap nvme bash "$G/nvme.sh"
 	! wanted ibext_srp || ktap srp bash "$G/srp.sh"
+	! wanted ibext_rds || ktap rds bash "$G/rds.sh"
 	ktap finish finish
 	;;
 esac

@@ -1,0 +1,53 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# make bench: RDS through upstream's rds_rdma against the port of ulp/ (its
+# CQs under ibext's DIM, re-armed through ibext_dim_arm), side by side in
+# this boot (kunit/bench.py reads the "ibext-bench:" lines), between the
+# addresses of rxe0 and rxe1 (lib.sh, link_devices).
+#
+# Each of REPS repetitions runs both setups, their order swapped from one
+# repetition to the next; a setup loads its rds_rdma and runs every point:
+# ping-pong (rds.py bench) of 64-byte messages at depth 1 and 16 per socket
+# pair, with one and 8 pairs, for SECS seconds after a 1 s warm-up.
+# Completion events are RDS's own count of its CQ handlers' calls
+# (ib_evt_handler_call), the same code in both modules.
+. "$(dirname "$0")/lib.sh"
+
+REPS=3 SECS=3
+RDS="python3 $(dirname "$0")/rds.py"
+
+# load <setup>: upstream's by path (the port has its name).
+load() {
+	case $1 in
+	upstream) modprobe rds && insmod /lib/modules/$(uname -r)/kernel/net/rds/rds_rdma.ko ;;
+	port) modprobe rds_rdma && modinfo -n rds_rdma | grep -q /updates/ ;;
+	esac
+}
+
+run_setup() {
+	load $1 || return 1
+	for p in "1 1" "1 16" "8 1" "8 16"; do
+		set -- $1 $2 $3 $p
+		line=$($RDS bench --links $4 --depth $5 --seconds $SECS --setup $1 --rep $2 \
+			--order $3) || { echo "$line"; return 1; }
+		echo "$line" > /dev/kmsg
+	done
+	rmmod rds_rdma
+}
+
+bench_all() {
+	link_devices && modprobe ibext || return 1
+	set -- upstream port
+	for rep in $(seq 0 $((REPS - 1))); do
+		run_setup $1 $rep 0 && run_setup $2 $rep 1 || return 1
+		set -- $2 $1
+	done
+	rmmod rds_rdma rds 2>/dev/null
+	objects_balanced legacy_dim && unload_ibext
+}
+
+ktap_print_header
+ktap_set_plan 1
+step "RDS bench: upstream's rds_rdma and the port, $REPS repetitions" bench_all
+ktap_finished
