@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -184,8 +185,10 @@ def boot(args, cmd, log_path):
     showing = args.verbose
     last_line, partial, why = "", b"", None
     with open(log_path, "wb") as log:
+        # A session of its own: a guest given up on is killed with QEMU, which vng runs as its
+        # child (killing vng alone left QEMU running after a timeout).
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=TOP)
+                                stdin=subprocess.DEVNULL, cwd=TOP, start_new_session=True)
         os.set_blocking(proc.stdout.fileno(), False)
         while why is None:
             chunk = proc.stdout.read() or b""
@@ -214,7 +217,7 @@ def boot(args, cmd, log_path):
                 why = f"the console was silent for {args.stall}s (a hang); last: {last_line!r}"
             time.sleep(0.05)
         if why:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return why, time.monotonic() - start
 
