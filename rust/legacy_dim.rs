@@ -23,7 +23,7 @@ use crate::{
     policy::moderation,
     seams,
 };
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 
 /// ibext's DIM state for one legacy CQ, besides lib/dim's own.
@@ -31,6 +31,8 @@ struct LegacyDim {
     /// The device applies profiles itself: it has `modify_cq`, and took the last profile.
     hw_moderation: AtomicBool,
     samples: AtomicU64,
+    /// Completions of the last sample: the ULP's last poll run.
+    last_completed: AtomicU32,
     profile_changes: AtomicU64,
     /// Re-arms deferred, and deferred re-arms that found completions waiting and raised the
     /// event themselves.
@@ -76,6 +78,7 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
         LegacyDim {
             hw_moderation: AtomicBool::new(cq.device().has_modify_cq()),
             samples: AtomicU64::new(0),
+            last_completed: AtomicU32::new(0),
             profile_changes: AtomicU64::new(0),
             deferred_arms: AtomicU64::new(0),
             raised: AtomicU64::new(0),
@@ -92,6 +95,7 @@ pub(crate) fn sample(cq: &UlpCq, ncompleted: u32) {
     };
     d.sample(ncompleted);
     d.data().samples.fetch_add(1, Ordering::Relaxed);
+    d.data().last_completed.store(ncompleted, Ordering::Relaxed);
 }
 
 /// Detaches and frees ibext's DIM (see `ibext_dim_detach`).
@@ -108,10 +112,12 @@ pub(crate) fn profile(cq: &UlpCq) -> Result<(u16, u16)> {
     Ok((p.usec, p.comps))
 }
 
-/// Re-arms `cq` as the profile in force asks (see `ibext_dim_arm`): at once at profile 0 or
-/// where the device moderates itself, otherwise after the profile's time. Returns what
-/// `ib_req_notify_cq()` returned, or 0 for a deferred arm; `EINVAL` for bad flags or a CQ
-/// without a completion handler.
+/// Re-arms `cq` as the profile in force asks (see `ibext_dim_arm`): at once at profile 0, where
+/// the device moderates itself, or when the ULP's last poll run found at least the profile's
+/// completion count (a device would raise the next event at once: the rule of the engine's
+/// software moderation, `policy::moderation::end_of_pass`); otherwise after the profile's
+/// time. Returns what `ib_req_notify_cq()` returned, or 0 for a deferred arm; `EINVAL` for bad
+/// flags or a CQ without a completion handler.
 pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     let flags = ArmFlags::from_raw(flags)?;
     if !cq.has_comp_handler() {
@@ -123,10 +129,14 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         return Ok(cq.req_notify(flags));
     };
     let ix = d.profile_ix();
-    let usec = if ix == 0 || d.data().hw_moderation.load(Ordering::Acquire) {
+    let p = moderation::profile(ix);
+    let usec = if ix == 0
+        || d.data().hw_moderation.load(Ordering::Acquire)
+        || d.data().last_completed.load(Ordering::Relaxed) >= u32::from(p.comps)
+    {
         0
     } else {
-        u32::from(moderation::profile(ix).usec)
+        u32::from(p.usec)
     };
     let usec = seams::legacy_defer_us(usec);
     if usec == 0 {

@@ -174,10 +174,12 @@ int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps)
  *
  * Called by the ULP instead of ib_req_notify_cq() after a poll loop.  Where
  * the device moderates the CQ itself (it took the profile with modify_cq),
- * or at profile 0, it is ib_req_notify_cq().  Otherwise (rxe, and every
- * device without modify_cq) ibext moderates in software: the re-arm is
- * deferred by the profile's period, so that completions batch as they would
- * under the device's moderation.  A deferred re-arm loses nothing: when it
+ * at profile 0, or when the last ibext_dim_sample() counted at least the
+ * profile's completions (a device would raise the next event at once), it
+ * is ib_req_notify_cq().  Otherwise (rxe, and every device without
+ * modify_cq) ibext moderates in software: the re-arm is deferred by the
+ * profile's period, so that completions batch as they would under the
+ * device's moderation.  A deferred re-arm loses nothing: when it
  * runs it arms @cq with IB_CQ_REPORT_MISSED_EVENTS and, if completions
  * arrived meanwhile, calls the CQ's comp_handler itself, with interrupts off,
  * as a driver would (in softirq context).  Arms made while one is deferred

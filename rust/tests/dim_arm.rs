@@ -226,6 +226,30 @@ fn arms_at_once_at_profile_zero() -> TestResult {
     })
 }
 
+/// A poll run that found at least the profile's completion count re-arms at once (a device
+/// would raise the next event at once); a shorter one defers the re-arm.
+fn full_run_arms_at_once() -> TestResult {
+    let _held = HeldDeferrals::new();
+    with_cq(16, true, |_dev, cq, _events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        // Profile 5: 16 usec or 8 completions. The sample comes first: lib/dim may move the
+        // profile on it.
+        // SAFETY: Attached above; nobody else samples or arms it.
+        unsafe { ibext_dim_sample(cq, 8) };
+        kassert_eq!(force_profile(cq, 5), Some(false));
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        kassert_eq!(counters(cq).deferred_arms, 0);
+        // SAFETY: As above.
+        unsafe { ibext_dim_sample(cq, 7) };
+        kassert_eq!(force_profile(cq, 5), Some(false));
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        kassert_eq!(counters(cq).deferred_arms, 1);
+        kassert!(expire(cq));
+        Ok(())
+    })
+}
+
 /// A deferred re-arm loses nothing and raises no event twice: completions that arrive while it
 /// waits are reported by its own arm (one event, raised by ibext); one that finds the CQ empty
 /// arms it, so the next completion raises the event itself; arms deferred together become the
@@ -376,6 +400,7 @@ kunit_suite!(
     [
         arm_bad_input,
         arms_at_once_at_profile_zero,
+        full_run_arms_at_once,
         deferred_rearm_raises_missed_completions,
         soft_moderation_exactly_once,
     ]
