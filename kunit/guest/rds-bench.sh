@@ -9,7 +9,8 @@
 # Each of REPS repetitions runs both setups, their order swapped from one
 # repetition to the next; a setup loads its rds_rdma and runs every point:
 # ping-pong (rds.py bench) of 64-byte messages at depth 1 and 16 per socket
-# pair, with one and 8 pairs, for SECS seconds after a 1 s warm-up.
+# pair, and a one-way stream as fast as RDS takes messages, with one and 8
+# pairs, for SECS seconds after a 1 s warm-up.
 # Completion events are RDS's own count of its CQ handlers' calls
 # (ib_evt_handler_call), the same code in both modules.
 . "$(dirname "$0")/lib.sh"
@@ -27,10 +28,10 @@ load() {
 
 run_setup() {
 	load $1 || return 1
-	for p in "1 1" "1 16" "8 1" "8 16"; do
+	for p in "1 --depth=1" "1 --depth=16" "1 --stream" "8 --depth=1" "8 --depth=16" "8 --stream"; do
 		set -- $1 $2 $3 $p
-		line=$($RDS bench --links $4 --depth $5 --seconds $SECS --setup $1 --rep $2 \
-			--order $3) || { echo "$line"; return 1; }
+		line=$($RDS bench --links $4 $5 --seconds $SECS --setup $1 --rep $2 --order $3) ||
+			{ echo "$line"; return 1; }
 		echo "$line" > /dev/kmsg
 	done
 	rmmod rds_rdma

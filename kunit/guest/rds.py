@@ -227,7 +227,9 @@ def traffic(args):
 
 def bench(args):
     """Ping-pong: each pair keeps --depth messages of --size bytes in flight
-    from a to b, b echoes each one back; one round trip is two messages."""
+    from a to b, b echoes each one back; one round trip is two messages. Or,
+    with --stream, a sends as fast as RDS takes messages and b receives: the
+    messages received per second."""
     socks_a = [rds_socket(args.a, args.port + i) for i in range(args.links)]
     socks_b = [rds_socket(args.b, args.port + 1000 + i) for i in range(args.links)]
     addr_b = [(args.b, args.port + 1000 + i) for i in range(args.links)]
@@ -252,11 +254,14 @@ def bench(args):
                     raise
                 time.sleep(0.0005)
 
+    seen = [False] * args.links  # a message came through this pair
+
     def run(seconds, record):
         nonlocal trips
         end = time.monotonic() + seconds
         last = time.monotonic()
-        while time.monotonic() < end:
+        # The warm-up lasts until every pair is connected, as well.
+        while time.monotonic() < end or not (record or all(seen)):
             for fd, _ in ep.poll(0.05):
                 side, i = role[fd]
                 s = socks_a[i] if side == "a" else socks_b[i]
@@ -270,6 +275,7 @@ def bench(args):
                         send(s, addr)
                         continue
                     t0 = sent_at[i].pop(0)
+                    seen[i] = True
                     if record:
                         trips += 1
                         rtts.append(last - t0)
@@ -278,23 +284,58 @@ def bench(args):
             if time.monotonic() - last > args.stall:
                 raise SystemExit(f"# rds bench: no progress for {args.stall} s")
 
-    for i in range(args.links):
-        for _ in range(args.depth):
-            sent_at[i].append(time.monotonic())
-            send(socks_a[i], addr_b[i])
-    run(args.warmup, False)
-    c0, t0 = counters(socks_a[0]), time.monotonic()
-    run(args.seconds, True)
-    c1, t1 = counters(socks_a[0]), time.monotonic()
-    # What is in flight comes back before the sockets close.
-    msgs = 2 * trips
+    def stream(seconds, record):
+        """a sends whenever RDS takes a message, b only receives."""
+        nonlocal trips
+        end = time.monotonic() + seconds
+        last = time.monotonic()
+        while time.monotonic() < end or not (record or all(seen)):
+            for i in range(args.links):
+                for _ in range(64):
+                    try:
+                        socks_a[i].sendto(payload, addr_b[i])
+                    except OSError as e:
+                        if e.errno not in (errno.EAGAIN, errno.ENOBUFS):
+                            raise
+                        break
+            for fd, _ in ep.poll(0.001):
+                side, i = role[fd]
+                s = socks_b[i] if side == "b" else socks_a[i]
+                while True:
+                    try:
+                        s.recvfrom(args.size + 1)
+                    except BlockingIOError:
+                        break
+                    last = time.monotonic()
+                    seen[i] = True
+                    if record:
+                        trips += 1
+            if time.monotonic() - last > args.stall:
+                raise SystemExit(f"# rds bench: no progress for {args.stall} s")
+
+    if args.stream:
+        stream(args.warmup, False)
+        c0, t0 = counters(socks_a[0]), time.monotonic()
+        stream(args.seconds, True)
+        c1, t1 = counters(socks_a[0]), time.monotonic()
+        msgs = trips
+    else:
+        for i in range(args.links):
+            for _ in range(args.depth):
+                sent_at[i].append(time.monotonic())
+                send(socks_a[i], addr_b[i])
+        run(args.warmup, False)
+        c0, t0 = counters(socks_a[0]), time.monotonic()
+        run(args.seconds, True)
+        c1, t1 = counters(socks_a[0]), time.monotonic()
+        msgs = 2 * trips
     ev = {k: c1[k] - c0.get(k, 0) for k in ("ib_evt_handler_call", "ib_tasklet_call",
                                              "ib_tx_cq_event", "ib_rx_cq_event")}
     rtts.sort()
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))] * 1e6, 1) if rtts else 0
     print("ibext-bench: " + json.dumps({
         "bench": "rds", "setup": args.setup, "rep": args.rep, "order": args.order,
-        "links": args.links, "depth": args.depth,
+        "links": args.links, "depth": "stream" if args.stream else args.depth,
         "size": args.size, "seconds": round(t1 - t0, 3), "messages": msgs,
         "msgs_per_s": round(msgs / (t1 - t0), 1),
         "events_per_msg": round(ev["ib_evt_handler_call"] / msgs, 4) if msgs else 0,
@@ -328,6 +369,8 @@ def main():
                     help="seconds to listen for a message after the last (traffic)")
     ap.add_argument("--stall", type=float, default=120)
     ap.add_argument("--depth", type=int, default=1, help="(bench)")
+    ap.add_argument("--stream", action="store_true",
+                    help="one way, as fast as RDS takes messages, instead of ping-pong (bench)")
     ap.add_argument("--size", type=int, default=64, help="(bench)")
     ap.add_argument("--seconds", type=float, default=5, help="(bench)")
     ap.add_argument("--warmup", type=float, default=1, help="(bench)")
