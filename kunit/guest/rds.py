@@ -219,9 +219,11 @@ def traffic(args):
         for c in connections(socks_a[0]):
             print(f"# rds: connection {c}")
         return 1
+    sizes = {f.size(k) for f in flows for k in range(f.count)}
+    edges = sum(1 for e in EDGES if e in sizes)
     print(f"# rds: {len(flows)} flows on {args.links} socket pairs: {received} messages, "
-          f"{nbytes} bytes, each once and in order, 1 to {max(EDGES) if args.large_every else 4096}"
-          f" bytes; {RDS_MAX_MSG_SIZE + 1} refused")
+          f"{nbytes} bytes, each once and in order, {min(sizes)} to {max(sizes)} bytes "
+          f"({edges} of the {len(EDGES)} edge sizes); {RDS_MAX_MSG_SIZE + 1} refused")
     return 0
 
 
