@@ -106,7 +106,14 @@ rel=$(cat "$kdir/include/config/kernel.release")
 m=$out/modroot/lib/modules/$rel
 rm -rf "$out/modroot"
 mkdir -p "$m/updates"
-ln -s "$(cd "$vm/kernel" && pwd -P)" "$m/kernel"
+# kernel/ is a directory of links to upstream's modules, not one link to
+# theirs: blktests finds a module with find(1) under /lib/modules/<rel>/kernel,
+# which does not descend a starting point that is a link ("module ib_srp is
+# not available" for the ports in make blktests).
+(cd "$vm/kernel" && find . -name '*.ko*') | while read -r f; do
+	mkdir -p "$m/kernel/${f%/*}"
+	ln -s "$(readlink -f "$vm/kernel/$f")" "$m/kernel/$f"
+done
 cp "$vm"/modules.order "$vm"/modules.builtin* "$m/"
 cp "$out/product/ibext.ko" "$out"/ulp/*.ko "$m/updates/"
 depmod -b "$out/modroot" "$rel"
