@@ -96,6 +96,14 @@ def rds_socket(addr, port, buf=4 << 20):
     return s
 
 
+def socket_pairs(args):
+    """--links pairs: socket i on a at port + i, its peer on b at port + 1000 + i; the
+    sockets and their addresses."""
+    addr_a = [(args.a, args.port + i) for i in range(args.links)]
+    addr_b = [(args.b, args.port + 1000 + i) for i in range(args.links)]
+    return [rds_socket(*a) for a in addr_a], addr_a, [rds_socket(*b) for b in addr_b], addr_b
+
+
 class Flow:
     """One direction of one socket pair: messages 0..count-1 in order."""
 
@@ -117,12 +125,11 @@ class Flow:
 
 def traffic(args):
     blob = random.Random(args.seed).randbytes(2 * RDS_MAX_MSG_SIZE + 64)
-    socks_a = [rds_socket(args.a, args.port + i) for i in range(args.links)]
-    socks_b = [rds_socket(args.b, args.port + 1000 + i) for i in range(args.links)]
+    socks_a, addr_a, socks_b, addr_b = socket_pairs(args)
     flows, by_pair = [], {}
     for i in range(args.links):
-        for src, dst, addr in ((socks_a[i], socks_b[i], (args.b, args.port + 1000 + i)),
-                               (socks_b[i], socks_a[i], (args.a, args.port + i))):
+        for src, dst, addr in ((socks_a[i], socks_b[i], addr_b[i]),
+                               (socks_b[i], socks_a[i], addr_a[i])):
             f = Flow(len(flows), src, dst, addr, args.messages, args.large_every)
             flows.append(f)
             by_pair[(dst.fileno(), src.getsockname())] = f
@@ -232,9 +239,7 @@ def bench(args):
     from a to b, b echoes each one back; one round trip is two messages. Or,
     with --stream, a sends as fast as RDS takes messages and b receives: the
     messages received per second."""
-    socks_a = [rds_socket(args.a, args.port + i) for i in range(args.links)]
-    socks_b = [rds_socket(args.b, args.port + 1000 + i) for i in range(args.links)]
-    addr_b = [(args.b, args.port + 1000 + i) for i in range(args.links)]
+    socks_a, _, socks_b, addr_b = socket_pairs(args)
     ep = select.epoll()
     role = {}
     for i in range(args.links):
