@@ -86,17 +86,19 @@ fio_pass() {
 		--minimal $([ "$5" = verify ] && echo --verify_only)
 	fio_ok "$@"
 }
-# fio_unplug <disk> <who>: fio (2 jobs, depth 16, random reads and writes,
-# time-based) on <disk> while rdma link delete deletes rxe1, once 512 I/Os
-# have completed; the deletion must finish within its watchdog and fio end.
+# fio_unplug <disk> <who> [device]: fio (2 jobs, depth 16, random reads and
+# writes, time-based) on <disk> while rdma link delete deletes <device>
+# (rxe1), once 512 I/Os have completed; the deletion must finish within its
+# watchdog and fio end.
 fio_unplug() {
+	rxe=${3:-rxe1}
 	fio --name=unplug --filename=$1 --direct=1 --ioengine=libaio --bs=4k --rw=randrw \
 		--numjobs=2 --iodepth=16 --time_based --runtime=3600 --minimal > /tmp/fio-unplug 2>&1 &
 	fpid=$!
 	wait_for 300 "fio doing I/O" fio_going $fpid ${1##*/} "$(io_done ${1##*/})" &&
 		! gone $fpid || { kill $fpid; echo "fio ended early"; cat /tmp/fio-unplug; return 1; }
-	link_delete_watched rxe1 || return 1
-	wait_for 300 "fio ending after rxe1 was deleted" gone $fpid || { kill -9 $fpid; return 1; }
+	link_delete_watched $rxe || return 1
+	wait_for 300 "fio ending after $rxe was deleted" gone $fpid || { kill -9 $fpid; return 1; }
 	wait $fpid
 	note "$2: fio under the link deletion exited with $?"
 }
@@ -124,7 +126,8 @@ srq_stat() {
 }
 
 # The ports' queues hold entries on the pooled CQs and the target's SRQ pool.
-cqes_in_use() { awk '$6 == "used" { n += $7 } END { print n + 0 }' $D/rxe1/cq_pools; }
+# cqes_in_use [device]: on rxe1, or on the one named.
+cqes_in_use() { awk '$6 == "used" { n += $7 } END { print n + 0 }' $D/${1:-rxe1}/cq_pools; }
 nvme_uses_ibext() {
 	ls $D/rxe1/srq_pool.* >/dev/null 2>&1 || { echo "no SRQ pool on rxe1"; ls $D/rxe1; return 1; }
 	[ "$(cqes_in_use)" -gt 0 ] || { echo "no pooled CQ in use"; cat $D/rxe1/cq_pools; return 1; }

@@ -20,13 +20,15 @@ KSRP=/lib/modules/$(uname -r)/kernel/drivers/infiniband/ulp
 SRP_USE_SRQ=0
 
 # load <setup>: the target and initiator of one setup; upstream's by path
-# (the ports have their names), after the modules they need.
+# (the ports have their names), after the modules they need; SRP_ACL, the
+# name its ib_srpt gives the initiator.
 load() {
 	case $1 in
-	upstream) modprobe -a target_core_mod scsi_transport_srp &&
+	upstream) SRP_ACL=$LINK_B
+		modprobe -a target_core_mod scsi_transport_srp &&
 		insmod $KSRP/srpt/ib_srpt.ko && insmod $KSRP/srp/ib_srp.ko ;;
-	adaptive) modprobe ib_srpt && modprobe ib_srp ;;
-	*) modprobe ib_srpt && modprobe ib_srp_$1 ;;
+	adaptive) SRP_ACL=$LINK_A && modprobe ib_srpt && modprobe ib_srp ;;
+	*) SRP_ACL=$LINK_A && modprobe ib_srpt && modprobe ib_srp_$1 ;;
 	esac
 }
 initiator() { case $1 in upstream | adaptive) echo ib_srp ;; *) echo ib_srp_$1 ;; esac; }
