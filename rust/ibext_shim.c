@@ -138,6 +138,15 @@ bool ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 	return true;
 }
 
+void ibext_shim_cq_raise(struct ib_cq *cq)
+{
+	unsigned long irqflags;
+
+	local_irq_save(irqflags);
+	cq->comp_handler(cq, cq->cq_context);
+	local_irq_restore(irqflags);
+}
+
 /* Soft expiry: the timer runs in softirq context, like the poll it schedules. */
 void ibext_shim_hrtimer_init(struct hrtimer *timer,
 			     enum hrtimer_restart (*fn)(struct hrtimer *))
