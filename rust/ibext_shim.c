@@ -116,7 +116,7 @@ int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 }
 
 /*
- * A deferred re-arm of a legacy ULP's CQ (ibext_dim_arm()): arms @cq with
+ * The end of a legacy ULP's deferral at ibext_dim_detach(): arms @cq with
  * @flags, which include IB_CQ_REPORT_MISSED_EVENTS, and if the driver says
  * completions may have arrived while the CQ was not armed, raises the event
  * the arm would have raised: the CQ's comp_handler, with interrupts off, as
@@ -138,6 +138,11 @@ bool ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 	return true;
 }
 
+/*
+ * The end of a legacy ULP's deferral (ibext_dim_arm()): calls @cq's
+ * comp_handler, with interrupts off as drivers call it (see above), without
+ * arming the CQ; the ULP polls and re-arms through ibext again.
+ */
 void ibext_shim_cq_raise(struct ib_cq *cq)
 {
 	unsigned long irqflags;

@@ -2,7 +2,7 @@
 
 //! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PooledCq`) and legacy ULPs'
 //! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
-//! [`Attached`], a DIM hung off a ULP's own CQ, with its deferred re-arm.
+//! [`Attached`], a DIM hung off a ULP's own CQ, with its deferred pass.
 
 use crate::{
     backport::sync::LockClass,
