@@ -94,8 +94,14 @@ gid_low() {
 	f=$(grep -l "ffff:$2\$" /sys/class/infiniband/$1/ports/1/gids/* 2>/dev/null | head -1)
 	[ -n "$f" ] && [ "${f##*/}" -lt 256 ]
 }
+# link_gids: both addresses' GIDs in their devices' tables, below index 256
+# (also after a device was deleted and added again).
+link_gids() {
+	wait_for 300 "rxe0's GID of $LINK_A" gid_low rxe0 0a0e:0001 &&
+		wait_for 300 "rxe1's GID of $LINK_B" gid_low rxe1 0a0e:0002
+}
 link_devices() {
-	ip link show br0 >/dev/null 2>&1 && return 0
+	ip link show br0 >/dev/null 2>&1 && { link_gids; return; }
 	# The bridge itself takes no part in IPv4: were it to answer ARP for B,
 	# A's packets would go to br0, where no rxe is (nor does it answer for
 	# an address that is not its own: arp_ignore).
@@ -110,9 +116,7 @@ link_devices() {
 	# cannot use one: ib_global_route.sgid_index is a u8 (rdma_connect()
 	# gives EINVAL). They go first: A's GID takes a low free slot.
 	ip -6 addr flush dev veth0 scope global || return 1
-	ip addr add $LINK_A/24 dev veth0 && ip addr add $LINK_B/24 dev veth2 || return 1
-	wait_for 300 "rxe0's GID of $LINK_A" gid_low rxe0 0a0e:0001 &&
-		wait_for 300 "rxe1's GID of $LINK_B" gid_low rxe1 0a0e:0002 || return 1
+	ip addr add $LINK_A/24 dev veth0 && ip addr add $LINK_B/24 dev veth2 && link_gids || return 1
 	ip route add $LINK_B dev veth0 src $LINK_A table 14 &&
 		ip route add $LINK_A dev veth2 src $LINK_B table 15 &&
 		ip rule add pref 10 iif lo from $LINK_A to $LINK_B lookup 14 &&

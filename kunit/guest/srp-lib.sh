@@ -31,8 +31,8 @@ srp_names() {
 
 # LIO: a fileio backstore, and an srpt target port named after rxe1's port
 # GUID (srpt's guid_name) with one LUN and an ACL for the initiator
-# (SRP_ACL); use_srq (SRP_USE_SRQ, default 1) before enabling. srpt listens on every address, LINK_B among
-# them. ib_srpt must be loaded.
+# (SRP_ACL); use_srq (SRP_USE_SRQ, default 1) before enabling. srpt listens
+# on every address, LINK_B among them. ib_srpt must be loaded.
 srp_target_up() {
 	link_devices || return 1
 	modprobe -a target_core_mod target_core_file || return 1

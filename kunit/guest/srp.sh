@@ -27,7 +27,6 @@ verify() { srp_fio 4 16 write; }
 relogin() { srp_logout && srp_login && srp_uses_ibext && srp_fio 4 16 verify; }
 
 no_target_cqes() { [ "$(cqes_in_use rxe1)" = 0 ]; }
-rxe0_back() { gid_low rxe0 0a0e:0001; }
 
 # rxe0, the initiator's device, deleted under fio: ib_srp's client remove
 # removes its target port and disk, and the deletion must finish; the target
@@ -38,7 +37,7 @@ initiator_delete() {
 	wait_for 120 "SRP disk gone with rxe0" no_srp_dev &&
 		wait_for 120 "the target's channels released" no_target_cqes ||
 		{ cat $D/rxe1/cq_pools; return 1; }
-	$RXE_ADD0 && wait_for 300 "rxe0's GID of $LINK_A" rxe0_back || return 1
+	$RXE_ADD0 && link_gids || return 1
 	srp_login && srp_uses_ibext && srp_fio 4 16 write
 }
 
