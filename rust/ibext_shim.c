@@ -116,26 +116,33 @@ int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 }
 
 /*
- * A deferred re-arm of a legacy ULP's CQ (ibext_dim_arm()): arms @cq with
- * @flags, which include IB_CQ_REPORT_MISSED_EVENTS, and if the driver says
- * completions may have arrived while the CQ was not armed, raises the event
- * the arm would have raised: the CQ's comp_handler, with interrupts off, as
- * drivers call it (6.12's rxe_cq_post() calls it under cq->cq_lock taken with
- * spin_lock_irqsave()).  A completion that arrives after the arm raises its
- * own event; so none is lost, and a spurious call only finds the CQ empty, as
- * ib_req_notify_cq() documents for IB_CQ_REPORT_MISSED_EVENTS.  Returns
- * whether it raised the event.
+ * The end of a legacy ULP's deferral (ibext_dim_arm()): calls @cq's
+ * comp_handler without arming the CQ, with interrupts off, as drivers call it
+ * (6.12's rxe_cq_post() calls it under cq->cq_lock taken with
+ * spin_lock_irqsave()); the ULP polls and re-arms through ibext again.
  */
-bool ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+void ibext_shim_cq_raise(struct ib_cq *cq)
 {
 	unsigned long irqflags;
 
-	if (ib_req_notify_cq(cq, flags) <= 0)
-		return false;
 	local_irq_save(irqflags);
 	cq->comp_handler(cq, cq->cq_context);
 	local_irq_restore(irqflags);
-	return true;
+}
+
+/*
+ * The end of a legacy ULP's deferral at ibext_dim_detach(): arms @cq with
+ * @flags, which include IB_CQ_REPORT_MISSED_EVENTS, and if the driver says
+ * completions may have arrived while the CQ was not armed, raises the event
+ * the arm would have raised (ibext_shim_cq_raise()).  A completion that
+ * arrives after the arm raises its own event; so none is lost, and a
+ * spurious call only finds the CQ empty, as ib_req_notify_cq() documents for
+ * IB_CQ_REPORT_MISSED_EVENTS.
+ */
+void ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	if (ib_req_notify_cq(cq, flags) > 0)
+		ibext_shim_cq_raise(cq);
 }
 
 /* Soft expiry: the timer runs in softirq context, like the poll it schedules. */

@@ -41,7 +41,8 @@ void *ibext_shim_cq_comp_handler(struct ib_cq *cq);
 int ibext_shim_modify_cq(struct ib_cq *cq, u16 cq_count, u16 cq_period);
 bool ibext_shim_cq_polled_by_core(struct ib_cq *cq);
 int ibext_shim_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags);
-bool ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags);
+void ibext_shim_cq_raise(struct ib_cq *cq);
+void ibext_shim_cq_arm_or_raise(struct ib_cq *cq, enum ib_cq_notify_flags flags);
 bool ibext_shim_device_try_get(struct ib_device *dev);
 bool ibext_shim_srq_in_use(struct ib_srq *srq);
 

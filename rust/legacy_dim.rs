@@ -6,8 +6,10 @@
 //! RDS patch called `rdma_dim()`), and detaches before it destroys the CQ. ibext runs the
 //! kernel's `rdma_dim()` on the samples; a new profile goes to the device's `modify_cq` where it
 //! has one; where it has none (rxe), the ULP re-arms through [`arm`] (`ibext_dim_arm()`)
-//! instead of `ib_req_notify_cq()`, and ibext defers the re-arm by the profile's time, so that
-//! completions batch as they would under the device's own moderation.
+//! instead of `ib_req_notify_cq()`, and ibext applies the profile as the engine does for its
+//! own CQs (`policy::moderation::end_of_pass`): it leaves the CQ unarmed for the profile's time
+//! and then calls the ULP's handler once, so that completions batch as they would under the
+//! device's own moderation.
 //!
 //! The DIM state hangs off the CQ's own `dim` pointer (`ib::dim::Attached`), which ib_core uses
 //! only for the CQs it allocates itself (`ib_alloc_cq` on devices with `use_cq_dim`), and which
@@ -33,9 +35,11 @@ struct LegacyDim {
     samples: AtomicU64,
     /// Completions of the last sample: the ULP's last poll run.
     last_completed: AtomicU32,
+    /// ibext called the handler at the end of a deferral, and the ULP has not re-armed since:
+    /// its next arm decides on the pass that call started.
+    after_raise: AtomicBool,
     profile_changes: AtomicU64,
-    /// Re-arms deferred, and deferred re-arms that found completions waiting and raised the
-    /// event themselves.
+    /// Re-arms deferred, and the handler calls that ended deferrals.
     deferred_arms: AtomicU64,
     raised: AtomicU64,
     _token: Token,
@@ -59,10 +63,9 @@ impl AttachedHandler for LegacyDim {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn deferred_arm_done(d: &Attached<Self>, raised: bool) {
-        if raised {
-            d.data().raised.fetch_add(1, Ordering::Relaxed);
-        }
+    fn deferred_pass_raised(d: &Attached<Self>) {
+        d.data().raised.fetch_add(1, Ordering::Relaxed);
+        d.data().after_raise.store(true, Ordering::Relaxed);
     }
 }
 
@@ -79,6 +82,7 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
             hw_moderation: AtomicBool::new(cq.device().has_modify_cq()),
             samples: AtomicU64::new(0),
             last_completed: AtomicU32::new(0),
+            after_raise: AtomicBool::new(false),
             profile_changes: AtomicU64::new(0),
             deferred_arms: AtomicU64::new(0),
             raised: AtomicU64::new(0),
@@ -112,12 +116,14 @@ pub(crate) fn profile(cq: &UlpCq) -> Result<(u16, u16)> {
     Ok((p.usec, p.comps))
 }
 
-/// Re-arms `cq` as the profile in force asks (see `ibext_dim_arm`): at once at profile 0, where
-/// the device moderates itself, or when the ULP's last poll run found at least the profile's
-/// completion count (a device would raise the next event at once: the rule of the engine's
-/// software moderation, `policy::moderation::end_of_pass`); otherwise after the profile's
-/// time. Returns what `ib_req_notify_cq()` returned, or 0 for a deferred arm; `EINVAL` for bad
-/// flags or a CQ without a completion handler.
+/// Re-arms `cq` as the profile in force asks (see `ibext_dim_arm`), on the ULP's last sample,
+/// which must be of the poll run just before: at once at profile 0, or where the device
+/// moderates itself; at once when the run found at least the profile's completion count (a
+/// device would raise the next event at once), or when a pass ibext started found nothing (the
+/// CQ went quiet); otherwise the CQ stays unarmed and ibext calls its handler after the
+/// profile's time. This is the rule of the engine's software moderation,
+/// `policy::moderation::end_of_pass`. Returns what `ib_req_notify_cq()` returned, or 0 for a
+/// deferred pass; `EINVAL` for bad flags or a CQ without a completion handler.
 pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     let flags = ArmFlags::from_raw(flags)?;
     if !cq.has_comp_handler() {
@@ -128,11 +134,15 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         warn_on_once!(true, "ibext_dim_arm: no ibext DIM attached to the CQ");
         return Ok(cq.req_notify(flags));
     };
+    let this = d.data();
     let ix = d.profile_ix();
     let p = moderation::profile(ix);
+    let last = this.last_completed.load(Ordering::Relaxed);
+    let after_raise = this.after_raise.swap(false, Ordering::Relaxed);
     let usec = if ix == 0
-        || d.data().hw_moderation.load(Ordering::Acquire)
-        || d.data().last_completed.load(Ordering::Relaxed) >= u32::from(p.comps)
+        || this.hw_moderation.load(Ordering::Acquire)
+        || last >= u32::from(p.comps)
+        || (last == 0 && after_raise)
     {
         0
     } else {
@@ -142,8 +152,8 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     if usec == 0 {
         return Ok(cq.req_notify(flags));
     }
-    d.data().deferred_arms.fetch_add(1, Ordering::Relaxed);
-    d.defer_arm(flags, usec);
+    this.deferred_arms.fetch_add(1, Ordering::Relaxed);
+    d.defer_pass(flags, usec);
     Ok(0)
 }
 
@@ -159,7 +169,7 @@ pub(crate) fn counters(cq: &UlpCq) -> Option<Counters> {
     })
 }
 
-/// Tests only: runs `cq`'s deferred re-arm now, as if its time had come; false without ibext's
+/// Tests only: runs `cq`'s deferred pass now, as if its time had come; false without ibext's
 /// DIM.
 #[cfg(ibext_kunit)]
 pub(crate) fn test_expire_deferred(cq: &UlpCq) -> bool {

@@ -94,7 +94,7 @@ pub(crate) fn aging_off() -> bool {
 
 /// How long a legacy ULP's re-arm is deferred, given the profile's `usec` (0: at once): `usec`,
 /// or in the KUnit flavour the tests' override (`tests::hooks::LEGACY_DEFER_US`), which holds
-/// a deferred re-arm until the test runs it.
+/// a deferred pass until the test runs it.
 #[inline(always)]
 pub(crate) fn legacy_defer_us(usec: u32) -> u32 {
     #[cfg(ibext_kunit)]

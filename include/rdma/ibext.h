@@ -122,8 +122,8 @@ void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
  * ibext runs the kernel's rdma_dim() on the samples and applies a new profile
  * with the device's modify_cq where it has one; elsewhere (rxe) it is applied
  * in software if the ULP re-arms with ibext_dim_arm() instead of ib_req_notify_cq(), which
- * defers the re-arm by the profile's period (software moderation).  The ULP
- * calls ibext_dim_detach() before it destroys the CQ.
+ * leaves the CQ unarmed for the profile's period (software moderation).  The
+ * ULP calls ibext_dim_detach() before it destroys the CQ.
  *
  * Context: process context; may sleep.
  * Return: 0; -EINVAL for a NULL @cq or a pooled one; -EBUSY if @cq already
@@ -172,21 +172,26 @@ int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps)
  * @flags: as for ib_req_notify_cq(): IB_CQ_NEXT_COMP or IB_CQ_SOLICITED,
  *	optionally with IB_CQ_REPORT_MISSED_EVENTS
  *
- * Called by the ULP instead of ib_req_notify_cq() after a poll loop.  Where
- * the device moderates the CQ itself (it took the profile with modify_cq),
- * at profile 0, or when the last ibext_dim_sample() counted at least the
- * profile's completions (a device would raise the next event at once), it
- * is ib_req_notify_cq().  Otherwise (rxe, and every device without
- * modify_cq) ibext moderates in software: the re-arm is deferred by the
- * profile's period, so that completions batch as they would under the
- * device's moderation.  A deferred re-arm loses nothing: when it
- * runs it arms @cq with IB_CQ_REPORT_MISSED_EVENTS and, if completions
- * arrived meanwhile, calls the CQ's comp_handler itself, with interrupts off,
- * as a driver would (in softirq context).  Arms made while one is deferred
- * join it (IB_CQ_NEXT_COMP if any asked for it).  ibext_dim_detach() does a
- * deferred re-arm at once, so comp_handler may run before it returns.  The
- * ULP may keep polling after the call, as after ib_req_notify_cq().  Without
- * DIM attached it warns once and calls ib_req_notify_cq().
+ * Called by the ULP instead of ib_req_notify_cq() after a poll loop, and
+ * after the ibext_dim_sample() of that loop: poll, sample, arm, poll again.
+ * Where the device moderates the CQ itself (it took the profile with
+ * modify_cq), or at profile 0, it is ib_req_notify_cq().  Otherwise (rxe,
+ * and every device without modify_cq) ibext moderates in software, by the
+ * rule its own CQs follow: if the loop just sampled found at least the
+ * profile's completions (a device would raise the next event at once), or
+ * if it was started by ibext (below) and found nothing (the CQ went quiet),
+ * @cq is armed at once.  Else @cq stays unarmed, so the device raises no
+ * event for what arrives, and after the profile's period ibext calls the
+ * CQ's comp_handler itself, once, with interrupts off, as a driver would (in
+ * softirq context), without arming: the ULP polls the batch and calls
+ * ibext_dim_arm() again.  Nothing is lost: the handler is called whether or
+ * not completions arrived.  Arms made while one is deferred join it.
+ * ibext_dim_detach() ends a deferred arm at once by arming @cq with the
+ * flags asked (IB_CQ_NEXT_COMP if any asked for it) and
+ * IB_CQ_REPORT_MISSED_EVENTS, calling comp_handler if completions are
+ * waiting, so comp_handler may run before it returns.  The ULP may keep
+ * polling after the call, as after ib_req_notify_cq().  Without DIM attached
+ * it warns once and calls ib_req_notify_cq().
  *
  * Context: any context the ULP polls in; does not sleep.  Never concurrently
  * with ibext_dim_detach() on @cq.

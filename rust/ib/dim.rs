@@ -2,7 +2,7 @@
 
 //! Glue to the kernel's `lib/dim`, shared by pooled CQs (`ib::cq::PooledCq`) and legacy ULPs'
 //! CQs (`legacy_dim`): the `struct dim` they keep, applying the profile it picks, and
-//! [`Attached`], a DIM hung off a ULP's own CQ, with its deferred re-arm.
+//! [`Attached`], a DIM hung off a ULP's own CQ, with its deferred pass.
 
 use crate::{
     backport::sync::LockClass,
@@ -139,13 +139,12 @@ pub(crate) trait AttachedHandler: Sized + Send + Sync {
     /// ([`Attached::apply_profile`]).
     fn profile_chosen(d: &Attached<Self>);
 
-    /// A deferred re-arm ([`Attached::defer_arm`]) was done; `raised` if it found completions
-    /// waiting and called the CQ's completion handler.
-    fn deferred_arm_done(d: &Attached<Self>, raised: bool);
+    /// A deferred pass ([`Attached::defer_pass`]) called the CQ's completion handler.
+    fn deferred_pass_raised(d: &Attached<Self>);
 }
 
 /// lib/dim's state for a CQ that a ULP polls itself, hung off the CQ's own `dim` pointer, with
-/// the owner's `data`, and a timer for the ULP's deferred re-arms (software moderation).
+/// the owner's `data`, and a timer for the ULP's deferred passes (software moderation).
 ///
 /// # Invariants
 ///
@@ -154,7 +153,8 @@ pub(crate) trait AttachedHandler: Sized + Send + Sync {
 /// leaked from a pinned `KBox` by [`Attached::attach`] and is freed in place by
 /// [`Attached::detach`], after the timer and the work are cancelled. `pending` is 0 or the
 /// or-ed [`ArmFlags::bits`] of the arms deferred since the timer last ran; the timer is queued
-/// whenever it is not 0, and the CQ then has a completion handler.
+/// whenever it is not 0, and the CQ then has a completion handler. While `pending` is not 0 the
+/// CQ is not armed by ibext.
 #[pin_data]
 pub(crate) struct Attached<T: AttachedHandler> {
     #[pin]
@@ -248,18 +248,24 @@ impl<T: AttachedHandler> Attached<T> {
         (this.dim.get() == dim.as_ptr()).then_some(this)
     }
 
-    /// Detaches and frees the DIM attached to `cq`; false if it had none of this `T`. A re-arm
-    /// still deferred is done first, here (see [`Attached::defer_arm`]): the CQ is left as the
-    /// ULP asked, and nothing that arrived meanwhile is lost.
+    /// Detaches and frees the DIM attached to `cq`; false if it had none of this `T`. A pass
+    /// still deferred ends here in the re-arm the ULP asked for (see [`Attached::defer_pass`]):
+    /// the CQ is armed with the deferred flags and `IB_CQ_REPORT_MISSED_EVENTS`, and if
+    /// completions are waiting its handler is called, so nothing that arrived meanwhile is
+    /// lost.
     pub(crate) fn detach(cq: &UlpCq) -> bool {
         let Some(this) = Self::of(cq) else {
             return false;
         };
         let raw = core::ptr::from_ref(this).cast_mut();
-        // SAFETY: The timer was initialized in `attach`; only `defer_arm` starts it, which the
+        // SAFETY: The timer was initialized in `attach`; only `defer_pass` starts it, which the
         // ULP no longer calls (`UlpCq`'s invariants), so once cancelled it stays idle.
         unsafe { bindings::hrtimer_cancel(this.timer.get()) };
-        this.run_deferred();
+        if let Some(flags) = ArmFlags::merged(this.pending.swap(0, Ordering::AcqRel)) {
+            // SAFETY: The CQ is alive while attached and has a completion handler (type
+            // invariants); `flags` includes `IB_CQ_REPORT_MISSED_EVENTS`.
+            unsafe { bindings::ibext_shim_cq_arm_or_raise(this.cq, flags.raw()) };
+        }
         cq.dim_slot()
             .store(core::ptr::null_mut(), Ordering::Release);
         // SAFETY: The work belongs to the object, which is still alive; nothing queues it any
@@ -292,33 +298,34 @@ impl<T: AttachedHandler> Attached<T> {
         &self.data
     }
 
-    /// Defers the ULP's re-arm by `usec` microseconds: then the CQ is armed with `flags` (and
-    /// `IB_CQ_REPORT_MISSED_EVENTS`), and if completions arrived meanwhile, its completion
-    /// handler is called as the device would have called it (`ibext_shim_cq_arm_or_raise`).
-    /// Arms deferred together become one, the widest asked ([`ArmFlags::merged`]). The CQ must
-    /// have a completion handler.
-    pub(crate) fn defer_arm(&self, flags: ArmFlags, usec: u32) {
+    /// Defers the ULP's re-arm by `usec` microseconds, leaving the CQ unarmed: the device
+    /// raises nothing for what arrives meanwhile. Then ibext calls the CQ's completion handler
+    /// once, as the device would have called it (`ibext_shim_cq_raise`), without arming: the
+    /// ULP polls what arrived and re-arms again through ibext, which then decides on the pass
+    /// it sampled. Arms deferred together become one pass; [`Attached::detach`] needs their
+    /// flags, the widest asked ([`ArmFlags::merged`]). The CQ must have a completion handler.
+    pub(crate) fn defer_pass(&self, flags: ArmFlags, usec: u32) {
         // The first arm of a batch starts the timer; later ones join it. A callback running
         // now may take this arm's bits or leave them to the timer started here: either way
-        // they are armed once, and a callback that finds nothing does nothing.
+        // the handler is called once for them.
         if self.pending.fetch_or(flags.bits(), Ordering::AcqRel) == 0 {
             // SAFETY: The timer was initialized in `attach` and is cancelled in `detach`.
             unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec) };
         }
     }
 
-    /// Does the deferred re-arm, if one is pending.
+    /// Runs the deferred pass, if one is pending: calls the CQ's completion handler.
     fn run_deferred(&self) {
-        let Some(flags) = ArmFlags::merged(self.pending.swap(0, Ordering::AcqRel)) else {
+        if self.pending.swap(0, Ordering::AcqRel) == 0 {
             return;
-        };
+        }
         // SAFETY: The CQ is alive while attached and has a completion handler (type
-        // invariants); `flags` includes `IB_CQ_REPORT_MISSED_EVENTS`.
-        let raised = unsafe { bindings::ibext_shim_cq_arm_or_raise(self.cq, flags.raw()) };
-        T::deferred_arm_done(self, raised);
+        // invariants: `pending` was not 0).
+        unsafe { bindings::ibext_shim_cq_raise(self.cq) };
+        T::deferred_pass_raised(self);
     }
 
-    /// Tests only: runs the deferred re-arm now, as if its time had come.
+    /// Tests only: runs the deferred pass now, as if its time had come.
     #[cfg(ibext_kunit)]
     pub(crate) fn test_expire_deferred(&self) {
         // SAFETY: As in `detach`; a callback running now finishes first.
@@ -326,7 +333,7 @@ impl<T: AttachedHandler> Attached<T> {
         self.run_deferred();
     }
 
-    /// The deferred re-arm's timer (softirq context).
+    /// The deferred pass's timer (softirq context).
     ///
     /// # Safety
     ///

@@ -41,7 +41,7 @@ pub(crate) fn aging_now(now_ms: u64) -> Option<u64> {
 
 /// The deferral of legacy re-arms that are deferred at all (`seams::legacy_defer_us`), in
 /// microseconds; 0 (the default) keeps the profile's. `ibext_dim_arm` sets an hour, so that a
-/// deferred re-arm waits for the test to run it.
+/// deferred pass waits for the test to run it.
 pub(crate) static LEGACY_DEFER_US: AtomicU32 = AtomicU32::new(0);
 
 /// Returns the deferral of a legacy re-arm the profile defers by `usec` (see
