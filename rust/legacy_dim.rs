@@ -35,8 +35,9 @@ struct LegacyDim {
     samples: AtomicU64,
     /// Completions of the last sample: the ULP's last poll run.
     last_completed: AtomicU32,
-    /// ibext called the handler at the end of a deferral, and the ULP has not re-armed since:
-    /// its next arm decides on the pass that call started.
+    /// ibext calls (or called) the handler at the end of a deferral, and the ULP has not
+    /// re-armed since: its next arm decides on the pass that call started. Set before the
+    /// call, which may start that pass on another CPU before it returns.
     after_raise: AtomicBool,
     profile_changes: AtomicU64,
     /// Re-arms deferred, and the handler calls that ended deferrals.
@@ -63,9 +64,9 @@ impl AttachedHandler for LegacyDim {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn deferred_pass_raised(d: &Attached<Self>) {
+    fn deferred_pass_raising(d: &Attached<Self>) {
         d.data().raised.fetch_add(1, Ordering::Relaxed);
-        d.data().after_raise.store(true, Ordering::Relaxed);
+        d.data().after_raise.store(true, Ordering::Release);
     }
 }
 
@@ -138,7 +139,7 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     let ix = d.profile_ix();
     let p = moderation::profile(ix);
     let last = this.last_completed.load(Ordering::Relaxed);
-    let after_raise = this.after_raise.swap(false, Ordering::Relaxed);
+    let after_raise = this.after_raise.swap(false, Ordering::AcqRel);
     let usec = if ix == 0
         || this.hw_moderation.load(Ordering::Acquire)
         || last >= u32::from(p.comps)

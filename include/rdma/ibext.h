@@ -184,7 +184,10 @@ int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps)
  * event for what arrives, and after the profile's period ibext calls the
  * CQ's comp_handler itself, once, with interrupts off, as a driver would (in
  * softirq context), without arming: the ULP polls the batch and calls
- * ibext_dim_arm() again.  Nothing is lost: the handler is called whether or
+ * ibext_dim_arm() again.  That call is the CQ's only notification until the
+ * ULP arms it again, and may come before ibext_dim_arm() returns: the
+ * handler must treat it as any event (a ULP that counts events must count
+ * from before the arm).  Nothing is lost: the handler is called whether or
  * not completions arrived.  Arms made while one is deferred join it.
  * ibext_dim_detach() ends a deferred arm at once by arming @cq with the
  * flags asked (IB_CQ_NEXT_COMP if any asked for it) and

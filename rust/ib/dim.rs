@@ -139,8 +139,9 @@ pub(crate) trait AttachedHandler: Sized + Send + Sync {
     /// ([`Attached::apply_profile`]).
     fn profile_chosen(d: &Attached<Self>);
 
-    /// A deferred pass ([`Attached::defer_pass`]) called the CQ's completion handler.
-    fn deferred_pass_raised(d: &Attached<Self>);
+    /// A deferred pass ([`Attached::defer_pass`]) is about to call the CQ's completion
+    /// handler; the ULP's run that call starts may already be running.
+    fn deferred_pass_raising(d: &Attached<Self>);
 }
 
 /// lib/dim's state for a CQ that a ULP polls itself, hung off the CQ's own `dim` pointer, with
@@ -319,10 +320,11 @@ impl<T: AttachedHandler> Attached<T> {
         if self.pending.swap(0, Ordering::AcqRel) == 0 {
             return;
         }
+        // Before the call: the ULP's run it starts may arm (and decide) before it returns.
+        T::deferred_pass_raising(self);
         // SAFETY: The CQ is alive while attached and has a completion handler (type
         // invariants: `pending` was not 0).
         unsafe { bindings::ibext_shim_cq_raise(self.cq) };
-        T::deferred_pass_raised(self);
     }
 
     /// Tests only: runs the deferred pass now, as if its time had come.

@@ -27,7 +27,7 @@ use crate::{
 };
 use core::{
     ffi::c_void,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 use kernel::{c_str, prelude::*};
 
@@ -41,10 +41,18 @@ const MISSED: u32 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
 /// # Safety
 ///
 /// Called by the driver or ibext only, with the context [`with_cq`] gave the CQ.
-unsafe extern "C" fn count_event(_cq: *mut bindings::ib_cq, ctx: *mut c_void) {
+unsafe extern "C" fn count_event(cq: *mut bindings::ib_cq, ctx: *mut c_void) {
     // SAFETY: `ctx` is the counter `with_cq` keeps alive until the CQ is destroyed.
     unsafe { &*ctx.cast::<AtomicU32>() }.fetch_add(1, Ordering::AcqRel);
+    if RUN_IN_HANDLER.load(Ordering::Acquire) {
+        ulp_run(cq);
+    }
 }
+
+/// While set, [`count_event`] also does the ULP's run ([`ulp_run`]) itself, as a ULP that polls
+/// in its handler does. Set only around ibext's own handler call ([`expire`]): rxe calls the
+/// handler under its CQ lock, which polling would take again.
+static RUN_IN_HANDLER: AtomicBool = AtomicBool::new(false);
 
 /// Runs `f` on rxe0 with a legacy ULP's CQ of `cqe` entries and the event counter of its
 /// completion handler ([`count_event`], or none if `!handler`); afterwards detaches ibext's DIM
@@ -358,6 +366,41 @@ fn deferred_pass_raises_once_without_arming() -> TestResult {
     })
 }
 
+/// ibext's call at the end of a deferral counts as ibext's before the handler runs: a ULP run
+/// inside that call (here the handler's own; a ULP's tasklet on another CPU may run as early)
+/// that finds the CQ quiet arms it at once, instead of taking the call for the device's and
+/// deferring again.
+fn quiet_run_in_the_call_arms() -> TestResult {
+    let _held = HeldDeferrals::new();
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(force_profile(cq, 5), Some(false));
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        kassert_eq!(arm(cq, NEXT_COMP), 0);
+        kassert_eq!(counters(cq).deferred_arms, 1);
+        RUN_IN_HANDLER.store(true, Ordering::Release);
+        let expired = expire(cq);
+        RUN_IN_HANDLER.store(false, Ordering::Release);
+        kassert!(expired);
+        kassert_eq!(events.load(Ordering::Acquire), 1);
+        kassert_eq!(counters(cq).raised, 1);
+        // The run in the call found nothing and armed the CQ: no second deferral.
+        kassert_eq!(counters(cq).deferred_arms, 1);
+        // Armed for real: the device raises the next completions' event itself.
+        let res = lb.round_polled(0, false, 20_000, &mut || {
+            if events.load(Ordering::Acquire) > 1 {
+                drain(cq, false);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "armed by the run in the call: {:?}", res);
+        kassert_eq!(events.load(Ordering::Acquire), 2);
+        kassert_eq!(counters(cq).raised, 1);
+        Ok(())
+    })
+}
+
 /// A legacy ULP on software moderation, as RDS runs: on each event it polls, samples, re-arms
 /// with `ibext_dim_arm()` and polls again. From the highest profile (32 usec; lib/dim moves it
 /// as the samples come), passes are deferred by the real timer, and every completion of 8
@@ -412,6 +455,7 @@ kunit_suite!(
         arms_at_once_at_profile_zero,
         full_run_arms_at_once,
         deferred_pass_raises_once_without_arming,
+        quiet_run_in_the_call_arms,
         soft_moderation_exactly_once,
     ]
 );
