@@ -32,7 +32,8 @@ METRICS = {
     "ops_per_s", "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
     "cqe_allocated", "max_profile", "deferred_polls", "mode_switches", "profile_changes",
     "defer_asked_us", "defer_waited_us", "ns_per_lookup", "lookups", "recv_bytes",
-    "iops", "clat_p99_us", "events_per_io", "target_recv_bytes",
+    "iops", "clat_p99_us", "events_per_io", "target_recv_bytes", "initiator_events_per_io",
+    "target_events_per_io",
     "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
     "drain_ns", "ns_per_completion",
     "ios", "srq_limit_events", "srq_limit_arms", "srq_limit_arms_total",
@@ -228,7 +229,7 @@ def print_medians(rows):
                  "srq_limit_events", "srq_limit_arms"])
     print_table([r for r in med if r.get("bench") == "srp"],
                 ["bench", "setup", "jobs", "depth", "reps", "iops", "clat_p99_us",
-                 "events_per_io", "ios"])
+                 "events_per_io", "initiator_events_per_io", "target_events_per_io", "ios"])
     print_table([r for r in med if r.get("bench") == "rds"],
                 ["bench", "setup", "links", "depth", "size", "reps", "msgs_per_s",
                  "events_per_msg", "rtt_p50_us", "rtt_p99_us"])

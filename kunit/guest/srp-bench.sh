@@ -12,7 +12,8 @@
 # (1, 8, 32, 128) and job count (1, one per vCPU) for SECS seconds after a
 # 1 s ramp. use_srq stays 0, upstream's default: with it, upstream's srpt
 # warns at every channel release (srpt_cache_put(NULL); see
-# ulp/ib_srpt.patch). Completion events are counted as in nvme-bench.sh.
+# ulp/ib_srpt.patch). Completion events are counted as in nvme-bench.sh;
+# upstream's CQs are ib_core's, so only the ports' split them by side.
 . "$(dirname "$0")/srp-lib.sh"
 
 REPS=3 SECS=3
@@ -33,21 +34,32 @@ load() {
 }
 initiator() { case $1 in upstream | adaptive) echo ib_srp ;; *) echo ib_srp_$1 ;; esac; }
 
-# point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line.
+# pool_events <device>: the completion events of ibext's CQs on <device>
+# (the initiator's are on rxe0, the target's on rxe1).
+pool_events() {
+	awk '{ for (i = 1; i < NF; i++) if ($i == "events") n += $(i + 1) } END { print n + 0 }' \
+		$D/$1/cq_pools
+}
+
+# point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line;
+# the ports' lines also split their events between initiator and target.
 point() {
 	dev=$(srp_dev) || return 1
-	ev0=$(events) io0=$(io_done ${dev##*/})
+	ev0=$(events) io0=$(io_done ${dev##*/}) evi0=$(pool_events rxe0) evt0=$(pool_events rxe1)
 	out=$(fio --name=sb --filename=$dev --direct=1 --ioengine=libaio --bs=4k --rw=randread \
 		--numjobs=$4 --iodepth=$5 --size=${NS_MB}M --time_based --ramp_time=1 \
 		--runtime=$SECS --percentile_list=99 --group_reporting --minimal) || { echo "$out"; return 1; }
 	ev=$(($(events) - ev0)) ios=$(($(io_done ${dev##*/}) - io0))
+	evi=$(($(pool_events rxe0) - evi0)) evt=$(($(pool_events rxe1) - evt0))
 	# --minimal: field 8 is read IOPS; the "99.000000%=" field the p99
 	# completion latency in microseconds.
 	line=$(echo "$out" | awk -F';' -v s=$1 -v r=$2 -v o=$3 -v j=$4 -v d=$5 -v ev=$ev \
-		-v ios=$ios '$1 != 3 { next } $5 != 0 { exit 1 }
+		-v ios=$ios -v evi=$evi -v evt=$evt '$1 != 3 { next } $5 != 0 { exit 1 }
 		{ for (i = 18; i <= NF; i++) if ($i ~ /^99\.0+%=/) { split($i, p, "="); break }
-		  printf "{\"bench\":\"srp\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"ios\":%d}",
-			s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), ios }') ||
+		  split_ev = s == "upstream" ? "" : sprintf(",\"initiator_events_per_io\":%.4f,\"target_events_per_io\":%.4f",
+			(ios ? evi / ios : 0), (ios ? evt / ios : 0))
+		  printf "{\"bench\":\"srp\",\"setup\":\"%s\",\"jobs\":%d,\"depth\":%d,\"rep\":%d,\"order\":%d,\"iops\":%d,\"clat_p99_us\":%d,\"events_per_io\":%.4f,\"ios\":%d%s}",
+			s, j, d, r, o, $8, p[2], (ios ? ev / ios : 0), ios, split_ev }') ||
 		{ echo "fio: $out"; return 1; }
 	bench "$line"
 }
