@@ -39,7 +39,7 @@ METRICS = {
     "ios", "srq_limit_events", "srq_limit_arms", "srq_limit_arms_total",
     "rnr_naks", "rnr_naks_per_io",
     "seconds", "messages", "msgs_per_s", "events_per_msg", "rtt_p50_us", "rtt_p99_us",
-    "ib_evt_handler_call", "ib_tasklet_call", "ib_tx_cq_event", "ib_rx_cq_event",
+    "ib_evt_handler_call", "ib_tasklet_call", "ib_tx_cq_event", "ib_rx_cq_event", "deferrals",
 }
 NOT_CASE = METRICS | {"setup", "rep", "order", "reps"}
 
@@ -232,7 +232,8 @@ def print_medians(rows):
                  "events_per_io", "initiator_events_per_io", "target_events_per_io", "ios"])
     print_table([r for r in med if r.get("bench") == "rds"],
                 ["bench", "setup", "links", "depth", "size", "reps", "msgs_per_s",
-                 "events_per_msg", "rtt_p50_us", "rtt_p99_us"])
+                 "events_per_msg", "rtt_p50_us", "rtt_p99_us", "deferrals", "defer_asked_us",
+                 "defer_waited_us"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],

@@ -73,12 +73,13 @@ impl Show for LedgerView {
 
 /// The module object. Fields drop in order: the client first (every device's state, with its
 /// pooled CQs, is torn down), then the completion workqueues, then the debugfs root, then the
-/// file the root showed.
+/// files the root showed.
 struct Ibext {
     client: Option<Registration<DeviceState>>,
     _wqs: engine::Workqueues,
     _root: RootDir,
     _objects: ShowFile<LedgerView, LedgerView>,
+    _legacy_dim: ShowFile<legacy_dim::TotalsView, legacy_dim::TotalsView>,
 }
 
 impl kernel::Module for Ibext {
@@ -86,6 +87,8 @@ impl kernel::Module for Ibext {
         let root = RootDir::new();
         let view = Arc::new(LedgerView, GFP_KERNEL)?;
         let objects = ShowFile::new(root.dir(), c_str!("objects"), view, |v| v)?;
+        let totals = Arc::new(legacy_dim::TotalsView, GFP_KERNEL)?;
+        let legacy_dim = ShowFile::new(root.dir(), c_str!("legacy_dim"), totals, |v| v)?;
         let wqs = engine::Workqueues::new()?;
         let client = device::register_client()?;
         pr_info!("loaded\n");
@@ -94,6 +97,7 @@ impl kernel::Module for Ibext {
             _wqs: wqs,
             _root: root,
             _objects: objects,
+            _legacy_dim: legacy_dim,
         })
     }
 }

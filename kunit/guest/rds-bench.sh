@@ -12,7 +12,9 @@
 # pair, and a one-way stream as fast as RDS takes messages, with one and 8
 # pairs, for SECS seconds after a 1 s warm-up.
 # Completion events are RDS's own count of its CQ handlers' calls
-# (ib_evt_handler_call), the same code in both modules.
+# (ib_evt_handler_call), the same code in both modules. The port's lines also
+# carry ibext's deferrals over the point: how many, and how long they were
+# asked to wait and did wait, summed (debugfs legacy_dim).
 . "$(dirname "$0")/lib.sh"
 
 REPS=3 SECS=3
@@ -26,12 +28,21 @@ load() {
 	esac
 }
 
+# deferrals: ibext's legacy software-moderation totals ("deferrals N asked_us
+# N waited_us N"), as three numbers.
+deferrals() { awk '{ print $2, $4, $6 }' $D/legacy_dim; }
+
 run_setup() {
 	load $1 || return 1
 	for p in "1 --depth=1" "1 --depth=16" "1 --stream" "8 --depth=1" "8 --depth=16" "8 --stream"; do
 		set -- $1 $2 $3 $p
+		d0=$(deferrals)
 		line=$($RDS bench --links $4 $5 --seconds $SECS --setup $1 --rep $2 --order $3) ||
 			{ echo "$line"; return 1; }
+		# The port's lines: its deferrals over the point, asked and actual wait.
+		[ $1 = upstream ] || line=$(echo "$d0 $(deferrals)" | awk -v l="$line" '{
+			sub(/}$/, sprintf(", \"deferrals\": %d, \"defer_asked_us\": %d, \"defer_waited_us\": %d}",
+				$4 - $1, $5 - $2, $6 - $3), l); print l }')
 		echo "$line" > /dev/kmsg
 	done
 	rmmod rds_rdma

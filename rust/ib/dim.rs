@@ -305,11 +305,12 @@ impl<T: AttachedHandler> Attached<T> {
     /// ULP polls what arrived and re-arms again through ibext, which then decides on the pass
     /// it sampled. Arms deferred together become one pass; [`Attached::detach`] needs their
     /// flags, the widest asked ([`ArmFlags::merged`]). The CQ must have a completion handler.
-    pub(crate) fn defer_pass(&self, flags: ArmFlags, usec: u32) {
-        // The first arm of a batch starts the timer; later ones join it. A callback running
-        // now may take this arm's bits or leave them to the timer started here: either way
-        // the handler is called once for them.
+    pub(crate) fn defer_pass(&self, flags: ArmFlags, usec: u32, starting: impl FnOnce()) {
+        // The first arm of a batch starts the timer (`starting` runs just before); later ones
+        // join it. A callback running now may take this arm's bits or leave them to the timer
+        // started here: either way the handler is called once for them.
         if self.pending.fetch_or(flags.bits(), Ordering::AcqRel) == 0 {
+            starting();
             // SAFETY: The timer was initialized in `attach` and is cancelled in `detach`.
             unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec) };
         }
