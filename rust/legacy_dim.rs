@@ -32,7 +32,7 @@ use core::{
     fmt::Write,
     sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{prelude::*, time::Ktime};
+use kernel::prelude::*;
 
 /// Module-wide totals of the legacy CQs' software moderation, shown in
 /// `/sys/kernel/debug/ibext/legacy_dim`: how many deferrals ran their timer, how long they were
@@ -73,8 +73,6 @@ struct LegacyDim {
     /// Re-arms deferred, and the handler calls that ended deferrals.
     deferred_arms: AtomicU64,
     raised: AtomicU64,
-    /// When the running deferral's timer was started (`ktime_get()`, ns); 0 when none runs.
-    timer_started_ns: AtomicU64,
     _token: Token,
 }
 
@@ -96,14 +94,10 @@ impl AttachedHandler for LegacyDim {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn deferred_pass_raising(d: &Attached<Self>) {
+    fn deferred_pass_raising(d: &Attached<Self>, waited_us: u64) {
         let this = d.data();
         this.raised.fetch_add(1, Ordering::Relaxed);
-        let started = this.timer_started_ns.swap(0, Ordering::AcqRel);
-        if started != 0 {
-            let now = Ktime::ktime_get().to_ns() as u64;
-            WAITED_US.fetch_add(now.saturating_sub(started) / 1000, Ordering::Relaxed);
-        }
+        WAITED_US.fetch_add(waited_us, Ordering::Relaxed);
         this.after_raise.store(true, Ordering::Release);
     }
 }
@@ -125,7 +119,6 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
             profile_changes: AtomicU64::new(0),
             deferred_arms: AtomicU64::new(0),
             raised: AtomicU64::new(0),
-            timer_started_ns: AtomicU64::new(0),
             _token: Token::new(Kind::LegacyDim),
         },
     )
@@ -193,13 +186,10 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         return Ok(cq.req_notify(flags));
     }
     this.deferred_arms.fetch_add(1, Ordering::Relaxed);
-    d.defer_pass(flags, usec, || {
-        // Before the timer starts: its callback reads this.
-        this.timer_started_ns
-            .store(Ktime::ktime_get().to_ns() as u64, Ordering::Release);
+    if d.defer_pass(flags, usec) {
         DEFERRALS.fetch_add(1, Ordering::Relaxed);
         ASKED_US.fetch_add(u64::from(usec), Ordering::Relaxed);
-    });
+    }
     Ok(0)
 }
 

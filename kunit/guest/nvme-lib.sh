@@ -136,10 +136,14 @@ nvme_uses_ibext() {
 # For the benchmarks (nvme-bench.sh, srp-bench.sh): one result line for
 # kunit/bench.py, and the completion events so far, as calls of a CQ's
 # completion handler: ib_core's cq_schedule tracepoint (a hist trigger the
-# bench sets) for ib_core's CQs, plus the "events" of ibext's pooled CQs.
+# bench sets) for ib_core's CQs, plus the "events" of ibext's pooled CQs
+# (pool_events: on every device, or on the one named).
 bench() { echo "ibext-bench: $*" > /dev/kmsg; }
+pool_events() {
+	cat $D/${1:-*}/cq_pools | awk '{ for (i = 1; i < NF; i++)
+		if ($i == "events") n += $(i + 1) } END { print n + 0 }'
+}
 events() {
 	core=$(awk '/^ *Hits:/ { print $2; exit }' $TR/events/rdma_core/cq_schedule/hist)
-	echo $((${core:-0} + $(cat $D/*/cq_pools | awk '{ for (i = 1; i < NF; i++)
-		if ($i == "events") n += $(i + 1) } END { print n + 0 }')))
+	echo $((${core:-0} + $(pool_events)))
 }

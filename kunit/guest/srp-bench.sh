@@ -34,15 +34,9 @@ load() {
 }
 initiator() { case $1 in upstream | adaptive) echo ib_srp ;; *) echo ib_srp_$1 ;; esac; }
 
-# pool_events <device>: the completion events of ibext's CQs on <device>
-# (the initiator's are on rxe0, the target's on rxe1).
-pool_events() {
-	awk '{ for (i = 1; i < NF; i++) if ($i == "events") n += $(i + 1) } END { print n + 0 }' \
-		$D/$1/cq_pools
-}
-
 # point <setup> <rep> <order> <jobs> <depth>: one fio run, one bench line;
-# the ports' lines also split their events between initiator and target.
+# the ports' lines also split their events between initiator (ibext's CQs on
+# rxe0) and target (rxe1).
 point() {
 	dev=$(srp_dev) || return 1
 	ev0=$(events) io0=$(io_done ${dev##*/}) evi0=$(pool_events rxe0) evt0=$(pool_events rxe1)

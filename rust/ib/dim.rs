@@ -12,9 +12,9 @@ use crate::{
 use core::{
     pin::Pin,
     ptr::NonNull,
-    sync::atomic::{AtomicU8, Ordering},
+    sync::atomic::{AtomicU64, AtomicU8, Ordering},
 };
-use kernel::{prelude::*, types::Opaque};
+use kernel::{prelude::*, time::Ktime, types::Opaque};
 
 /// The work function lib/dim schedules when it picks a new profile.
 pub(crate) type WorkFn = unsafe extern "C" fn(*mut bindings::work_struct);
@@ -140,8 +140,9 @@ pub(crate) trait AttachedHandler: Sized + Send + Sync {
     fn profile_chosen(d: &Attached<Self>);
 
     /// A deferred pass ([`Attached::defer_pass`]) is about to call the CQ's completion
-    /// handler; the ULP's run that call starts may already be running.
-    fn deferred_pass_raising(d: &Attached<Self>);
+    /// handler, `waited_us` after its timer was started; the ULP's run that call starts may
+    /// already be running.
+    fn deferred_pass_raising(d: &Attached<Self>, waited_us: u64);
 }
 
 /// lib/dim's state for a CQ that a ULP polls itself, hung off the CQ's own `dim` pointer, with
@@ -163,6 +164,8 @@ pub(crate) struct Attached<T: AttachedHandler> {
     #[pin]
     timer: Opaque<bindings::hrtimer>,
     pending: AtomicU8,
+    /// When the timer was last started (`ktime_get()`, ns).
+    timer_started_ns: AtomicU64,
     cq: *mut bindings::ib_cq,
     data: T,
     #[pin]
@@ -170,8 +173,8 @@ pub(crate) struct Attached<T: AttachedHandler> {
 }
 
 // SAFETY: `dim` is used by one sampler at a time (`UlpCq`'s invariants) and by lib/dim's work;
-// `timer` by the hrtimer core, `pending` atomically; `cq` is only passed to ib_core; `T` is
-// `Send + Sync`.
+// `timer` by the hrtimer core, `pending` and `timer_started_ns` atomically; `cq` is only passed
+// to ib_core; `T` is `Send + Sync`.
 unsafe impl<T: AttachedHandler> Send for Attached<T> {}
 // SAFETY: As for `Send`.
 unsafe impl<T: AttachedHandler> Sync for Attached<T> {}
@@ -195,6 +198,7 @@ impl<T: AttachedHandler> Attached<T> {
                     unsafe { bindings::ibext_shim_hrtimer_init(p, Some(Self::timer_fn)) }
                 }),
                 pending: AtomicU8::new(0),
+                timer_started_ns: AtomicU64::new(0),
                 cq: cq.as_raw(),
                 data,
                 _pin: core::marker::PhantomPinned,
@@ -305,15 +309,20 @@ impl<T: AttachedHandler> Attached<T> {
     /// ULP polls what arrived and re-arms again through ibext, which then decides on the pass
     /// it sampled. Arms deferred together become one pass; [`Attached::detach`] needs their
     /// flags, the widest asked ([`ArmFlags::merged`]). The CQ must have a completion handler.
-    pub(crate) fn defer_pass(&self, flags: ArmFlags, usec: u32, starting: impl FnOnce()) {
-        // The first arm of a batch starts the timer (`starting` runs just before); later ones
-        // join it. A callback running now may take this arm's bits or leave them to the timer
-        // started here: either way the handler is called once for them.
-        if self.pending.fetch_or(flags.bits(), Ordering::AcqRel) == 0 {
-            starting();
-            // SAFETY: The timer was initialized in `attach` and is cancelled in `detach`.
-            unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec) };
+    /// Returns whether this arm started the timer (false: it joined a pass already deferred).
+    pub(crate) fn defer_pass(&self, flags: ArmFlags, usec: u32) -> bool {
+        // The first arm of a batch starts the timer; later ones join it. A callback running
+        // now may take this arm's bits or leave them to the timer started here: either way
+        // the handler is called once for them.
+        if self.pending.fetch_or(flags.bits(), Ordering::AcqRel) != 0 {
+            return false;
         }
+        // Before the timer starts: its callback reads it.
+        self.timer_started_ns
+            .store(Ktime::ktime_get().to_ns() as u64, Ordering::Release);
+        // SAFETY: The timer was initialized in `attach` and is cancelled in `detach`.
+        unsafe { bindings::ibext_shim_hrtimer_start_us(self.timer.get(), usec) };
+        true
     }
 
     /// Runs the deferred pass, if one is pending: calls the CQ's completion handler.
@@ -321,8 +330,10 @@ impl<T: AttachedHandler> Attached<T> {
         if self.pending.swap(0, Ordering::AcqRel) == 0 {
             return;
         }
+        let started = self.timer_started_ns.load(Ordering::Acquire);
+        let waited_us = (Ktime::ktime_get().to_ns() as u64).saturating_sub(started) / 1000;
         // Before the call: the ULP's run it starts may arm (and decide) before it returns.
-        T::deferred_pass_raising(self);
+        T::deferred_pass_raising(self, waited_us);
         // SAFETY: The CQ is alive while attached and has a completion handler (type
         // invariants: `pending` was not 0).
         unsafe { bindings::ibext_shim_cq_raise(self.cq) };
