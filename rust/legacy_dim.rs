@@ -193,6 +193,16 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     Ok(0)
 }
 
+/// Tests only: the module-wide totals shown in debugfs, `(deferrals, asked_us, waited_us)`.
+#[cfg(ibext_kunit)]
+pub(crate) fn totals() -> (u64, u64, u64) {
+    (
+        DEFERRALS.load(Ordering::Relaxed),
+        ASKED_US.load(Ordering::Relaxed),
+        WAITED_US.load(Ordering::Relaxed),
+    )
+}
+
 /// Returns the counters of `cq`'s attached DIM.
 #[cfg_attr(not(ibext_kunit), expect(dead_code, reason = "used by the tests only"))]
 pub(crate) fn counters(cq: &UlpCq) -> Option<Counters> {

@@ -413,6 +413,7 @@ fn soft_moderation_exactly_once() -> TestResult {
         kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
         kassert_eq!(force_profile(cq, 8), Some(false));
         let mut lb = Loopback::new(dev.device(), DEPTH, &[(cq, cq); QPS])?;
+        let (d0, a0, w0) = legacy_dim::totals();
         // The loop reacts to every handler call after this read, including the one that ends
         // the first deferral: that one comes at once here, as it may come on its own (a slow
         // guest; the debug kernel once) before the loop starts, and it is the only call the
@@ -436,6 +437,17 @@ fn soft_moderation_exactly_once() -> TestResult {
         drop(lb);
         let c = counters(cq);
         kassert!(c.deferred_arms > 0);
+        // The debugfs totals count every timer started, at least 1 us asked each (profile 1 or
+        // more), and each timer's wait, never shorter than asked, except the first deferral's
+        // (ended at once above) and perhaps a last one still pending: at most 32 us each.
+        let (d1, a1, w1) = legacy_dim::totals();
+        kassert!(d1 > d0 && a1 - a0 >= d1 - d0, "{} {} {} {}", d0, d1, a0, a1);
+        kassert!(
+            w1 - w0 + 64 >= a1 - a0,
+            "waited {} us for {} asked",
+            w1 - w0,
+            a1 - a0
+        );
         pr_info!(
             "dim_arm: 8 rounds, {} completions: {} events, {} ULP runs, {} deferred passes, {} raised by ibext\n",
             8 * 2 * QPS * DEPTH,
