@@ -31,7 +31,7 @@ LINE = re.compile(r"ibext-bench: (\{.*\})\s*$")
 METRICS = {
     "ops_per_s", "events_per_1k_completions", "lat_mean_ns", "lat_p99_ns", "cqs",
     "cqe_allocated", "max_profile", "deferred_polls", "mode_switches", "profile_changes",
-    "defer_asked_us", "defer_waited_us", "ns_per_lookup", "lookups", "recv_bytes",
+    "defer_asked_us", "defer_waited_us", "defer_found", "idle_pct", "ns_per_lookup", "lookups", "recv_bytes",
     "iops", "clat_p99_us", "events_per_io", "target_recv_bytes", "initiator_events_per_io",
     "target_events_per_io",
     "peak_cqs", "peak_cqe", "resident_cqs", "resident_cqe", "recv_bytes_end",
@@ -232,8 +232,8 @@ def print_medians(rows):
                  "events_per_io", "initiator_events_per_io", "target_events_per_io", "ios"])
     print_table([r for r in med if r.get("bench") == "rds"],
                 ["bench", "setup", "links", "depth", "size", "reps", "msgs_per_s",
-                 "events_per_msg", "rtt_p50_us", "rtt_p99_us", "deferrals", "defer_asked_us",
-                 "defer_waited_us"])
+                 "events_per_msg", "rtt_p50_us", "rtt_p99_us", "idle_pct", "deferrals",
+                 "defer_asked_us", "defer_waited_us", "defer_found"])
     print_table([r for r in med if r.get("bench") == "nvme_mem"],
                 ["bench", "setup", "host_queues", "controllers", "target_recv_bytes"])
     print_table([r for r in med if r.get("bench") == "cq_aging"],

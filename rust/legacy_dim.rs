@@ -3,13 +3,15 @@
 //! DIM for legacy ULPs: CQs a ULP made itself with `ib_create_cq` and polls itself.
 //!
 //! The ULP attaches ibext's DIM to its CQ, calls [`sample`] after each of its poll loops (as the
-//! RDS patch called `rdma_dim()`), and detaches before it destroys the CQ. ibext runs the
-//! kernel's `rdma_dim()` on the samples; a new profile goes to the device's `modify_cq` where it
-//! has one; where it has none (rxe), the ULP re-arms through [`arm`] (`ibext_dim_arm()`)
-//! instead of `ib_req_notify_cq()`, and ibext applies the profile as the engine does for its
-//! own CQs (`policy::moderation::end_of_pass`): it leaves the CQ unarmed for the profile's time
-//! and then calls the ULP's handler once, so that completions batch as they would under the
-//! device's own moderation.
+//! RDS patch called `rdma_dim()`), and detaches before it destroys the CQ. On a device with
+//! `modify_cq` ibext runs the kernel's `rdma_dim()` on the samples, and a new profile goes to
+//! the device. On a device without one (rxe) the ULP re-arms through [`arm`]
+//! (`ibext_dim_arm()`) instead of `ib_req_notify_cq()`, and ibext applies the profile as the
+//! engine does for its own CQs (`policy::moderation::end_of_pass`): it leaves the CQ unarmed
+//! for the profile's time and then calls the ULP's handler once, so that completions batch as
+//! they would under the device's own moderation. There the profile is chosen by what those
+//! deferrals find (`policy::soft_dim`), not by `rdma_dim()`, whose low profiles are too short
+//! for a software deferral to batch anything.
 //!
 //! The DIM state hangs off the CQ's own `dim` pointer (`ib::dim::Attached`), which ib_core uses
 //! only for the CQs it allocates itself (`ib_alloc_cq` on devices with `use_cq_dim`), and which
@@ -25,23 +27,26 @@ use crate::{
         dim::{Attached, AttachedHandler},
     },
     ledger::{Kind, Token},
-    policy::moderation,
+    policy::{moderation, soft_dim::SoftDim},
     seams,
 };
 use core::{
     fmt::Write,
-    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
 };
 use kernel::prelude::*;
 
 /// Module-wide totals of the legacy CQs' software moderation, shown in
 /// `/sys/kernel/debug/ibext/legacy_dim`: how many deferrals ran their timer, how long they were
-/// asked to wait and how long they did (from starting the timer to the handler call), summed.
+/// asked to wait and how long they did (from starting the timer to the handler call), summed,
+/// and the completions that the ULP's runs started by ibext's handler calls found (what the
+/// deferrals batched).
 /// Under TCG the waits overshoot the profile's period by far (Documentation/ibext-testing.rst,
 /// RDS); the RDS benchmark reports both per point.
 static DEFERRALS: AtomicU64 = AtomicU64::new(0);
 static ASKED_US: AtomicU64 = AtomicU64::new(0);
 static WAITED_US: AtomicU64 = AtomicU64::new(0);
+static FOUND: AtomicU64 = AtomicU64::new(0);
 
 /// Renders `/sys/kernel/debug/ibext/legacy_dim` (see [`DEFERRALS`]).
 pub(crate) struct TotalsView;
@@ -50,18 +55,34 @@ impl Show for TotalsView {
     fn show(&self, m: &mut SeqFile) -> core::fmt::Result {
         writeln!(
             m,
-            "deferrals {} asked_us {} waited_us {}",
+            "deferrals {} asked_us {} waited_us {} found {}",
             DEFERRALS.load(Ordering::Relaxed),
             ASKED_US.load(Ordering::Relaxed),
-            WAITED_US.load(Ordering::Relaxed)
+            WAITED_US.load(Ordering::Relaxed),
+            FOUND.load(Ordering::Relaxed)
         )
     }
 }
 
 /// ibext's DIM state for one legacy CQ, besides lib/dim's own.
+///
+/// # Invariants
+///
+/// With `software`, `soft_ix` is the profile index of the state in `soft` (but in the KUnit
+/// flavour once a test forced a profile), and lib/dim is never fed; without, `soft` and
+/// `soft_ix` keep their initial values.
 struct LegacyDim {
+    /// The device has no `modify_cq`: `soft` chooses the profile, lib/dim is not fed.
+    software: bool,
     /// The device applies profiles itself: it has `modify_cq`, and took the last profile.
     hw_moderation: AtomicBool,
+    /// With `software`: the selection's state ([`SoftDim::to_bits`]), written by the one
+    /// sampler only, and the profile index it chose.
+    soft: AtomicU64,
+    soft_ix: AtomicU8,
+    /// Tests only: a test forced the profile; samples do not move it.
+    #[cfg(ibext_kunit)]
+    soft_forced: AtomicBool,
     samples: AtomicU64,
     /// Completions of the last sample: the ULP's last poll run.
     last_completed: AtomicU32,
@@ -109,10 +130,16 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
         // `ib_alloc_cq` itself, and would feed its own DIM (or none) concurrently with ours.
         return Err(EINVAL);
     }
+    let hw = cq.device().has_modify_cq();
     Attached::attach(
         cq,
         LegacyDim {
-            hw_moderation: AtomicBool::new(cq.device().has_modify_cq()),
+            software: !hw,
+            hw_moderation: AtomicBool::new(hw),
+            soft: AtomicU64::new(SoftDim::default().to_bits()),
+            soft_ix: AtomicU8::new(SoftDim::default().profile_ix()),
+            #[cfg(ibext_kunit)]
+            soft_forced: AtomicBool::new(false),
             samples: AtomicU64::new(0),
             last_completed: AtomicU32::new(0),
             after_raise: AtomicBool::new(false),
@@ -130,9 +157,30 @@ pub(crate) fn sample(cq: &UlpCq, ncompleted: u32) {
         warn_on_once!(true, "ibext_dim_sample: no ibext DIM attached to the CQ");
         return;
     };
-    d.sample(ncompleted);
-    d.data().samples.fetch_add(1, Ordering::Relaxed);
-    d.data().last_completed.store(ncompleted, Ordering::Relaxed);
+    let this = d.data();
+    this.samples.fetch_add(1, Ordering::Relaxed);
+    this.last_completed.store(ncompleted, Ordering::Relaxed);
+    // The run ibext's handler call started (the ULP samples before it re-arms).
+    let raised = this.after_raise.load(Ordering::Acquire);
+    if raised {
+        // What the deferral batched.
+        FOUND.fetch_add(u64::from(ncompleted), Ordering::Relaxed);
+    }
+    if !this.software {
+        d.sample(ncompleted);
+        return;
+    }
+    #[cfg(ibext_kunit)]
+    if this.soft_forced.load(Ordering::Acquire) {
+        return;
+    }
+    // One sampler at a time (`UlpCq`'s invariants): nothing else writes `soft`.
+    let mut soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
+    let ix = soft.sample(ncompleted, raised);
+    this.soft.store(soft.to_bits(), Ordering::Relaxed);
+    if this.soft_ix.swap(ix, Ordering::Relaxed) != ix {
+        this.profile_changes.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Detaches and frees ibext's DIM (see `ibext_dim_detach`).
@@ -142,10 +190,20 @@ pub(crate) fn detach(cq: &UlpCq) {
     }
 }
 
+/// The profile index in force: software's choice, or lib/dim's.
+fn profile_ix(d: &Attached<LegacyDim>) -> u8 {
+    let this = d.data();
+    if this.software {
+        this.soft_ix.load(Ordering::Relaxed)
+    } else {
+        d.profile_ix()
+    }
+}
+
 /// Returns the current profile as (usec, comps) (see `ibext_dim_profile`).
 pub(crate) fn profile(cq: &UlpCq) -> Result<(u16, u16)> {
     let d = Attached::<LegacyDim>::of(cq).ok_or(EINVAL)?;
-    let p = moderation::profile(d.profile_ix());
+    let p = moderation::profile(profile_ix(d));
     Ok((p.usec, p.comps))
 }
 
@@ -168,7 +226,7 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         return Ok(cq.req_notify(flags));
     };
     let this = d.data();
-    let ix = d.profile_ix();
+    let ix = profile_ix(d);
     let p = moderation::profile(ix);
     let last = this.last_completed.load(Ordering::Relaxed);
     let after_raise = this.after_raise.swap(false, Ordering::AcqRel);
@@ -226,12 +284,19 @@ pub(crate) fn test_expire_deferred(cq: &UlpCq) -> bool {
     true
 }
 
-/// Tests only: forces lib/dim's decision `ix` on `cq`'s attached DIM (see
-/// `ib::dim::test_force_profile`) and returns whether the device moderates the CQ itself
-/// afterwards.
+/// Tests only: forces profile `ix` on `cq`'s attached DIM and returns whether the device
+/// moderates the CQ itself afterwards: on a device with `modify_cq`, as lib/dim's decision (see
+/// `ib::dim::test_force_profile`); without, as software's choice, which samples then leave
+/// alone.
 #[cfg(ibext_kunit)]
 pub(crate) fn test_force_profile(cq: &UlpCq, ix: u8) -> Option<bool> {
     let d = Attached::<LegacyDim>::of(cq)?;
+    let this = d.data();
+    if this.software {
+        this.soft_forced.store(true, Ordering::Release);
+        this.soft_ix.store(ix, Ordering::Relaxed);
+        return Some(false);
+    }
     d.test_force_profile(ix);
-    Some(d.data().hw_moderation.load(Ordering::Acquire))
+    Some(this.hw_moderation.load(Ordering::Acquire))
 }

@@ -6,6 +6,7 @@ mod cq_pool;
 mod engine;
 mod gid_index;
 mod moderation;
+mod soft_dim;
 mod srq_growth;
 mod srq_pool;
 

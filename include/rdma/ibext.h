@@ -119,11 +119,15 @@ void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
  *
  * For ULPs that own their CQs and poll them themselves.  After each poll
  * loop the ULP calls ibext_dim_sample() with the completions it handled.
- * ibext runs the kernel's rdma_dim() on the samples and applies a new profile
- * with the device's modify_cq where it has one; elsewhere (rxe) it is applied
- * in software if the ULP re-arms with ibext_dim_arm() instead of ib_req_notify_cq(), which
- * leaves the CQ unarmed for the profile's period (software moderation).  The
- * ULP calls ibext_dim_detach() before it destroys the CQ.
+ * Where the device has modify_cq, ibext runs the kernel's rdma_dim() on the
+ * samples and applies a new profile with it.  Elsewhere (rxe) the profile is
+ * applied in software if the ULP re-arms with ibext_dim_arm() instead of
+ * ib_req_notify_cq(), which leaves the CQ unarmed for the profile's period
+ * (software moderation), and it is chosen by what those deferrals batch:
+ * profile 0, or the highest (32 us or 32 completions) while the runs that
+ * ibext's handler calls start find 1.5 completions each or more, tried again
+ * after a back-off when they do not.  The ULP calls ibext_dim_detach() before
+ * it destroys the CQ.
  *
  * Context: process context; may sleep.
  * Return: 0; -EINVAL for a NULL @cq or a pooled one; -EBUSY if @cq already

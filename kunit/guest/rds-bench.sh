@@ -13,8 +13,9 @@
 # pairs, for SECS seconds after a 1 s warm-up, on one online CPU (below).
 # Completion events are RDS's own count of its CQ handlers' calls
 # (ib_evt_handler_call), the same code in both modules. The port's lines also
-# carry ibext's deferrals over the point: how many, and how long they were
-# asked to wait and did wait, summed (debugfs legacy_dim).
+# carry ibext's deferrals over the point: how many, how long they were asked
+# to wait and did wait, summed, and the completions the runs they ended found
+# (debugfs legacy_dim). Every line has the CPU's idle share (idle_pct).
 . "$(dirname "$0")/lib.sh"
 
 REPS=3 SECS=3
@@ -29,8 +30,8 @@ load() {
 }
 
 # deferrals: ibext's legacy software-moderation totals ("deferrals N asked_us
-# N waited_us N"), as three numbers.
-deferrals() { awk '{ print $2, $4, $6 }' $D/legacy_dim; }
+# N waited_us N found N"), as four numbers.
+deferrals() { awk '{ print $2, $4, $6, $8 }' $D/legacy_dim; }
 
 run_setup() {
 	load $1 || return 1
@@ -39,10 +40,11 @@ run_setup() {
 		d0=$(deferrals)
 		line=$($RDS bench --links $4 $5 --seconds $SECS --setup $1 --rep $2 --order $3) ||
 			{ echo "$line"; return 1; }
-		# The port's lines: its deferrals over the point, asked and actual wait.
+		# The port's lines: its deferrals over the point, asked and actual
+		# wait, and what they found.
 		[ $1 = upstream ] || line=$(echo "$d0 $(deferrals)" | awk -v l="$line" '{
-			sub(/}$/, sprintf(", \"deferrals\": %d, \"defer_asked_us\": %d, \"defer_waited_us\": %d}",
-				$4 - $1, $5 - $2, $6 - $3), l); print l }')
+			sub(/}$/, sprintf(", \"deferrals\": %d, \"defer_asked_us\": %d, \"defer_waited_us\": %d, \"defer_found\": %d}",
+				$5 - $1, $6 - $2, $7 - $3, $8 - $4), l); print l }')
 		echo "$line" > /dev/kmsg
 	done
 	rmmod rds_rdma

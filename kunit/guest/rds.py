@@ -11,7 +11,8 @@ rds-bench.sh. The shape is the kernel's RDS selftest
            comes. One past the largest size is refused (EMSGSIZE).
   bench    ping-pong at a given depth per socket pair; one JSON line with
            messages per second, completion events per message (RDS's own
-           ib_evt_handler_call counter) and the round-trip times.
+           ib_evt_handler_call counter), the round-trip times and the share
+           of CPU time spent idle.
   conns    RDS's connections (RDS_INFO_CONNECTIONS), one line each.
 
 Every wait is bounded by --stall: no progress for that long is a failure
@@ -63,6 +64,13 @@ def info(sock, opt):
         if e != errno.ENOSPC:
             raise OSError(e, os.strerror(e))
         size = length.value
+
+
+def cpu_times():
+    """The "cpu" line of /proc/stat: (idle and iowait, all), in ticks."""
+    with open("/proc/stat") as f:
+        t = [int(x) for x in f.readline().split()[1:]]
+    return t[3] + t[4], sum(t)
 
 
 def counters(sock):
@@ -322,9 +330,9 @@ def bench(args):
 
     if args.stream:
         stream(args.warmup, False)
-        c0, t0 = counters(socks_a[0]), time.monotonic()
+        c0, t0, cpu0 = counters(socks_a[0]), time.monotonic(), cpu_times()
         stream(args.seconds, True)
-        c1, t1 = counters(socks_a[0]), time.monotonic()
+        c1, t1, cpu1 = counters(socks_a[0]), time.monotonic(), cpu_times()
         msgs = trips
     else:
         for i in range(args.links):
@@ -332,9 +340,9 @@ def bench(args):
                 sent_at[i].append(time.monotonic())
                 send(socks_a[i], addr_b[i])
         run(args.warmup, False)
-        c0, t0 = counters(socks_a[0]), time.monotonic()
+        c0, t0, cpu0 = counters(socks_a[0]), time.monotonic(), cpu_times()
         run(args.seconds, True)
-        c1, t1 = counters(socks_a[0]), time.monotonic()
+        c1, t1, cpu1 = counters(socks_a[0]), time.monotonic(), cpu_times()
         msgs = 2 * trips
     ev = {k: c1[k] - c0.get(k, 0) for k in ("ib_evt_handler_call", "ib_tasklet_call",
                                              "ib_tx_cq_event", "ib_rx_cq_event")}
@@ -346,7 +354,8 @@ def bench(args):
         "size": args.size, "seconds": round(t1 - t0, 3), "messages": msgs,
         "msgs_per_s": round(msgs / (t1 - t0), 1),
         "events_per_msg": round(ev["ib_evt_handler_call"] / msgs, 4) if msgs else 0,
-        "rtt_p50_us": pick(0.5), "rtt_p99_us": pick(0.99), **ev}))
+        "rtt_p50_us": pick(0.5), "rtt_p99_us": pick(0.99),
+        "idle_pct": round(100 * (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1]), 1), **ev}))
     return 0
 
 

@@ -10,5 +10,6 @@ pub(crate) mod cq_pool;
 pub(crate) mod engine;
 pub(crate) mod gid_index;
 pub(crate) mod moderation;
+pub(crate) mod soft_dim;
 pub(crate) mod srq_growth;
 pub(crate) mod srq_pool;

@@ -5,7 +5,8 @@
 //! handler, polled by the ULP, sampled with `ibext_dim_sample()` and re-armed with
 //! `ibext_dim_arm()` instead of `ib_req_notify_cq()`.
 //!
-//! What is asserted is forced: profiles are set by the test (as lib/dim sets them), and a
+//! What is asserted is forced: profiles are set by the test (as the selection sets them), or
+//! follow from the runs the test makes (`software_choice_follows_what_deferrals_find`), and a
 //! deferred pass is held (`tests::hooks::LEGACY_DEFER_US`) until the test runs it, after the
 //! completions it must report are in the CQ. How much batching the deferral buys under load is
 //! measured by `make bench` (the RDS benchmark), not asserted here.
@@ -460,6 +461,96 @@ fn soft_moderation_exactly_once() -> TestResult {
     })
 }
 
+/// On rxe, software chooses the profile by what its deferrals find (`policy::soft_dim`), not
+/// lib/dim: a new CQ starts at profile 0 and tries the highest after one window of runs;
+/// deferrals whose runs find the CQ empty (depth 1: the peer waits for the reply) turn it off,
+/// until a back-off of one window has passed; deferrals whose runs find completions waiting
+/// keep it on. Every deferred pass is ended by the test, and the completions are real ones.
+fn software_choice_follows_what_deferrals_find() -> TestResult {
+    use crate::policy::{
+        moderation,
+        soft_dim::{ON_PROFILE, WINDOW},
+    };
+    let _held = HeldDeferrals::new();
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        let prof = || {
+            // SAFETY: `cq` is our live CQ.
+            legacy_dim::profile(unsafe { UlpCq::from_raw(cq) }).ok()
+        };
+        let top = moderation::profile(ON_PROFILE);
+        let (top, zero) = (Some((top.usec, top.comps)), Some((1, 1)));
+        let runs = u64::from(WINDOW);
+
+        // A window of runs at profile 0, each arming at once; the window's last sample turns
+        // on the highest profile.
+        let last_of_window = || {
+            kassert_eq!(prof(), zero);
+            // SAFETY: Attached; one sampler.
+            unsafe { ibext_dim_sample(cq, 0) };
+            kassert_eq!(prof(), top);
+            Ok(())
+        };
+        for _ in 0..WINDOW - 1 {
+            kassert_eq!(ulp_run(cq), 0);
+        }
+        kassert_eq!(counters(cq).deferred_arms, 0);
+        last_of_window()?;
+
+        // Depth 1: the run that handled the reply defers; ibext's call then finds nothing
+        // (and arms the CQ). A window of that turns moderation off.
+        for i in 0..WINDOW / 2 {
+            kassert_eq!(prof(), top, "run {}", 2 * i);
+            // SAFETY: Attached; one sampler.
+            unsafe { ibext_dim_sample(cq, 1) };
+            kassert_eq!(arm(cq, NEXT_COMP), 0);
+            kassert!(expire(cq));
+            kassert_eq!(ulp_run(cq), 0);
+        }
+        kassert_eq!(counters(cq).deferred_arms, runs / 2);
+        kassert_eq!(counters(cq).raised, runs / 2);
+        for _ in 0..WINDOW - 1 {
+            kassert_eq!(ulp_run(cq), 0);
+        }
+        kassert_eq!(counters(cq).deferred_arms, runs / 2);
+        last_of_window()?;
+
+        // Load: completions wait for every deferred pass (four a round); a window of that
+        // keeps moderation on. The CQ is armed (the last run above was at profile 0): the
+        // device raises the first round's event, and its run defers; from then on the only
+        // events are ibext's, one a round.
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        let ready = || {
+            // SAFETY: `cq` is live.
+            unsafe { bindings::ibext_test_peek_cq(cq, 4) >= 4 }
+        };
+        let e0 = events.load(Ordering::Acquire);
+        for round in 0..u32::from(WINDOW) {
+            let (mut done, mut expired, mut found) = (false, round == 0, 0);
+            let res = lb.round_polled(round, false, 20_000, &mut || {
+                if !done && ready() && (round > 0 || events.load(Ordering::Acquire) > e0) {
+                    if round > 0 {
+                        expired = expire(cq);
+                    }
+                    found = ulp_run(cq);
+                    done = true;
+                }
+                msleep(1);
+            });
+            kassert!(res.is_ok(), "round {}: {:?}", round, res);
+            kassert!(expired, "round {}", round);
+            kassert_eq!(found, 4, "round {}", round);
+            kassert_eq!(prof(), top, "round {}", round);
+        }
+        kassert_eq!(events.load(Ordering::Acquire), e0 + u32::from(WINDOW));
+        kassert_eq!(counters(cq).raised, runs / 2 + runs - 1);
+        kassert_eq!(counters(cq).deferred_arms, runs / 2 + runs);
+        drop(lb);
+        Ok(())
+    })
+}
+
 kunit_suite!(
     ibext_dim_arm,
     [
@@ -469,5 +560,6 @@ kunit_suite!(
         deferred_pass_raises_once_without_arming,
         quiet_run_in_the_call_arms,
         soft_moderation_exactly_once,
+        software_choice_follows_what_deferrals_find,
     ]
 );

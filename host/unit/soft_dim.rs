@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: GPL-2.0
+
+use super::Rng;
+use crate::policy::soft_dim::*;
+
+/// Feeds one window of runs: `raised` of them started by ibext, finding `found` each; the
+/// others find `other`. Returns the profile index after the window.
+fn window(s: &mut SoftDim, raised: u8, found: u32, other: u32) -> u8 {
+    let mut ix = s.profile_ix();
+    for i in 0..WINDOW {
+        ix = if i < raised {
+            s.sample(found, true)
+        } else {
+            s.sample(other, false)
+        };
+    }
+    ix
+}
+
+#[test]
+fn starts_off_and_tries_after_one_window() {
+    let mut s = SoftDim::default();
+    assert_eq!(s.profile_ix(), 0);
+    for _ in 0..WINDOW - 1 {
+        assert_eq!(s.sample(1, false), 0);
+    }
+    assert_eq!(s.sample(1, false), ON_PROFILE);
+}
+
+#[test]
+fn deferrals_that_batch_keep_it_on() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    for _ in 0..100 {
+        // Under load: nearly every run is a deferred one and finds 2.
+        assert_eq!(window(&mut s, 60, 2, 1), ON_PROFILE);
+    }
+}
+
+#[test]
+fn keeping_needs_one_and_a_half_per_deferral() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    // 3 completions per 2 deferred runs: kept.
+    let mut on = s;
+    let mut ix = 0;
+    for i in 0..WINDOW {
+        ix = on.sample(if i % 2 == 0 { 1 } else { 2 }, true);
+    }
+    assert_eq!(ix, ON_PROFILE);
+    // One completion fewer in the window: off.
+    let mut off = s;
+    for i in 0..WINDOW {
+        ix = off.sample(
+            if i == 0 {
+                0
+            } else if i % 2 == 0 {
+                1
+            } else {
+                2
+            },
+            true,
+        );
+    }
+    assert_eq!(ix, 0);
+}
+
+#[test]
+fn depth_one_backs_off_to_one_window_in_sixty_four() {
+    let mut s = SoftDim::default();
+    let mut on_windows = 0;
+    let mut total = 0;
+    for w in 0..2000 {
+        let was_on = s.profile_ix() == ON_PROFILE;
+        // Depth 1 while on: each run that finds the reply defers; ibext's call finds nothing.
+        let ix = if was_on {
+            window(&mut s, WINDOW / 2, 0, 1)
+        } else {
+            window(&mut s, 0, 0, 1)
+        };
+        if was_on {
+            // A failed try lasts one window.
+            assert_eq!(ix, 0, "window {w}");
+            on_windows += 1;
+        }
+        if w >= 1000 {
+            total += u32::from(was_on);
+        }
+    }
+    assert!(on_windows > 0);
+    // From the longest back-off on: one window on in every MAX_BACKOFF_WINDOWS + 1.
+    assert!(
+        total <= 1000 / u32::from(MAX_BACKOFF_WINDOWS) + 1,
+        "{total}"
+    );
+}
+
+#[test]
+fn a_kept_window_resets_the_back_off() {
+    let mut s = SoftDim::default();
+    // Three failed tries: the waits were 1 and 2 windows, and now 4.
+    for _ in 0..3 {
+        while s.profile_ix() == 0 {
+            window(&mut s, 0, 0, 1);
+        }
+        assert_eq!(window(&mut s, 32, 0, 1), 0);
+    }
+    let mut waited = 0;
+    while s.profile_ix() == 0 {
+        window(&mut s, 0, 0, 1);
+        waited += 1;
+    }
+    assert_eq!(waited, 4);
+    // Load comes: kept, and the next failure waits one window only.
+    assert_eq!(window(&mut s, 64, 3, 0), ON_PROFILE);
+    assert_eq!(window(&mut s, 32, 0, 1), 0);
+    assert_eq!(window(&mut s, 0, 0, 1), ON_PROFILE);
+}
+
+#[test]
+fn too_few_deferred_runs_do_not_judge() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    // Runs that find the profile's count arm at once; the few deferred ones found nothing.
+    for _ in 0..10 {
+        assert_eq!(window(&mut s, MIN_RAISED - 1, 0, 40), ON_PROFILE);
+    }
+    assert_eq!(window(&mut s, MIN_RAISED, 0, 40), 0);
+}
+
+#[test]
+fn found_saturates() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    assert_eq!(window(&mut s, WINDOW, u32::MAX, 0), ON_PROFILE);
+}
+
+#[test]
+fn bits_round_trip() {
+    let mut rng = Rng::new(31);
+    let mut s = SoftDim::default();
+    for _ in 0..100_000 {
+        assert_eq!(SoftDim::from_bits(s.to_bits()), s);
+        let found = match rng.below(4) {
+            0 => 0,
+            1 => 1,
+            2 => rng.below(5) as u32,
+            _ => rng.below(3000) as u32,
+        };
+        s.sample(found, rng.below(2) == 0);
+    }
+}
