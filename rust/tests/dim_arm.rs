@@ -138,7 +138,8 @@ fn drain(cq: *mut bindings::ib_cq, sample: bool) -> u32 {
     total
 }
 
-/// Forces lib/dim's decision `ix` on `cq`; returns whether the device moderates it itself.
+/// Forces profile `ix` on `cq` (software's choice on rxe); returns whether the device
+/// moderates it itself.
 fn force_profile(cq: *mut bindings::ib_cq, ix: u8) -> Option<bool> {
     // SAFETY: `cq` is one of the tests' live CQs.
     legacy_dim::test_force_profile(unsafe { UlpCq::from_raw(cq) }, ix)
@@ -242,8 +243,8 @@ fn full_run_arms_at_once() -> TestResult {
     with_cq(16, true, |_dev, cq, _events| {
         // SAFETY: Our live CQ.
         kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
-        // Profile 5: 16 usec or 8 completions. The sample comes first: lib/dim may move the
-        // profile on it.
+        // Profile 5: 16 usec or 8 completions, forced after the sample (a sample may move the
+        // profile).
         // SAFETY: Attached above; nobody else samples or arms it.
         unsafe { ibext_dim_sample(cq, 8) };
         kassert_eq!(force_profile(cq, 5), Some(false));
@@ -403,9 +404,9 @@ fn quiet_run_in_the_call_arms() -> TestResult {
 }
 
 /// A legacy ULP on software moderation, as RDS runs: on each event it polls, samples, re-arms
-/// with `ibext_dim_arm()` and polls again. From the highest profile (32 usec; lib/dim moves it
-/// as the samples come), passes are deferred by the real timer, and every completion of 8
-/// checked rounds still arrives exactly once.
+/// with `ibext_dim_arm()` and polls again. At the highest profile (32 usec, forced), passes are
+/// deferred by the real timer, and every completion of 8 checked rounds still arrives exactly
+/// once.
 fn soft_moderation_exactly_once() -> TestResult {
     const QPS: usize = 4;
     const DEPTH: usize = 16;
