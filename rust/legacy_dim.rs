@@ -30,9 +30,11 @@ use crate::{
     policy::{moderation, soft_dim::SoftDim},
     seams,
 };
+#[cfg(ibext_kunit)]
+use core::sync::atomic::AtomicU8;
 use core::{
     fmt::Write,
-    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::prelude::*;
 
@@ -47,6 +49,10 @@ static DEFERRALS: AtomicU64 = AtomicU64::new(0);
 static ASKED_US: AtomicU64 = AtomicU64::new(0);
 static WAITED_US: AtomicU64 = AtomicU64::new(0);
 static FOUND: AtomicU64 = AtomicU64::new(0);
+
+/// `LegacyDim::forced_ix` when no test forced a profile.
+#[cfg(ibext_kunit)]
+const NOT_FORCED: u8 = u8::MAX;
 
 /// Renders `/sys/kernel/debug/ibext/legacy_dim` (see [`DEFERRALS`]).
 pub(crate) struct TotalsView;
@@ -68,21 +74,19 @@ impl Show for TotalsView {
 ///
 /// # Invariants
 ///
-/// With `software`, `soft_ix` is the profile index of the state in `soft` (but in the KUnit
-/// flavour once a test forced a profile), and lib/dim is never fed; without, `soft` and
-/// `soft_ix` keep their initial values.
+/// With `software` lib/dim is never fed; without, `soft` keeps its initial value.
 struct LegacyDim {
     /// The device has no `modify_cq`: `soft` chooses the profile, lib/dim is not fed.
     software: bool,
     /// The device applies profiles itself: it has `modify_cq`, and took the last profile.
     hw_moderation: AtomicBool,
     /// With `software`: the selection's state ([`SoftDim::to_bits`]), written by the one
-    /// sampler only, and the profile index it chose.
+    /// sampler only.
     soft: AtomicU64,
-    soft_ix: AtomicU8,
-    /// Tests only: a test forced the profile; samples do not move it.
+    /// Tests only, with `software`: the profile index a test forced, or [`NOT_FORCED`];
+    /// samples leave a forced profile alone.
     #[cfg(ibext_kunit)]
-    soft_forced: AtomicBool,
+    forced_ix: AtomicU8,
     samples: AtomicU64,
     /// Completions of the last sample: the ULP's last poll run.
     last_completed: AtomicU32,
@@ -137,9 +141,8 @@ pub(crate) fn attach(cq: &UlpCq) -> Result {
             software: !hw,
             hw_moderation: AtomicBool::new(hw),
             soft: AtomicU64::new(SoftDim::default().to_bits()),
-            soft_ix: AtomicU8::new(SoftDim::default().profile_ix()),
             #[cfg(ibext_kunit)]
-            soft_forced: AtomicBool::new(false),
+            forced_ix: AtomicU8::new(NOT_FORCED),
             samples: AtomicU64::new(0),
             last_completed: AtomicU32::new(0),
             after_raise: AtomicBool::new(false),
@@ -171,16 +174,16 @@ pub(crate) fn sample(cq: &UlpCq, ncompleted: u32) {
         return;
     }
     #[cfg(ibext_kunit)]
-    if this.soft_forced.load(Ordering::Acquire) {
+    if this.forced_ix.load(Ordering::Relaxed) != NOT_FORCED {
         return;
     }
     // One sampler at a time (`UlpCq`'s invariants): nothing else writes `soft`.
     let mut soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
-    let ix = soft.sample(ncompleted, raised);
-    this.soft.store(soft.to_bits(), Ordering::Relaxed);
-    if this.soft_ix.swap(ix, Ordering::Relaxed) != ix {
+    let before = soft.profile_ix();
+    if soft.sample(ncompleted, raised) != before {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
+    this.soft.store(soft.to_bits(), Ordering::Relaxed);
 }
 
 /// Detaches and frees ibext's DIM (see `ibext_dim_detach`).
@@ -194,7 +197,14 @@ pub(crate) fn detach(cq: &UlpCq) {
 fn profile_ix(d: &Attached<LegacyDim>) -> u8 {
     let this = d.data();
     if this.software {
-        this.soft_ix.load(Ordering::Relaxed)
+        #[cfg(ibext_kunit)]
+        {
+            let forced = this.forced_ix.load(Ordering::Relaxed);
+            if forced != NOT_FORCED {
+                return forced;
+            }
+        }
+        SoftDim::from_bits(this.soft.load(Ordering::Relaxed)).profile_ix()
     } else {
         d.profile_ix()
     }
@@ -293,8 +303,7 @@ pub(crate) fn test_force_profile(cq: &UlpCq, ix: u8) -> Option<bool> {
     let d = Attached::<LegacyDim>::of(cq)?;
     let this = d.data();
     if this.software {
-        this.soft_forced.store(true, Ordering::Release);
-        this.soft_ix.store(ix, Ordering::Relaxed);
+        this.forced_ix.store(ix, Ordering::Relaxed);
         return Some(false);
     }
     d.test_force_profile(ix);
