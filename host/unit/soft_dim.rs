@@ -96,6 +96,28 @@ fn depth_one_backs_off_to_one_window_in_sixty_four() {
 }
 
 #[test]
+fn a_failed_try_costs_min_raised_deferrals() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    for backoff in [1u16, 2, 4] {
+        assert_eq!(s.profile_ix(), ON_PROFILE);
+        // Depth 1: the run with the reply defers, and ibext's call finds nothing.
+        let mut deferred = 0;
+        while s.profile_ix() == ON_PROFILE {
+            s.sample(1, false);
+            s.sample(0, true);
+            deferred += 1;
+        }
+        assert_eq!(deferred, MIN_RAISED);
+        // Off from that run on, for `backoff` whole windows.
+        for _ in 0..u32::from(backoff) * u32::from(WINDOW) - 1 {
+            assert_eq!(s.sample(1, false), 0);
+        }
+        assert_eq!(s.sample(1, false), ON_PROFILE);
+    }
+}
+
+#[test]
 fn a_kept_window_resets_the_back_off() {
     let mut s = SoftDim::default();
     // Three failed tries: the waits were 1 and 2 windows, and now 4.

@@ -18,7 +18,10 @@
 //!   with what their first poll found.
 //! - While on, a window with at least [`MIN_RAISED`] such runs that found fewer than
 //!   [`KEEP_FOUND_X2`]/2 completions each on average turns moderation off: the deferrals did not
-//!   batch (at depth 1 the peer waits for the reply, and the deferred run finds nothing).
+//!   batch (at depth 1 the peer waits for the reply, and the deferred run finds nothing). The
+//!   window's first [`MIN_RAISED`] deferred runs are judged as soon as the last of them is
+//!   seen, so that a try that fails costs that many deferrals, not a window's worth (half of
+//!   its runs at depth 1).
 //! - While off, moderation comes on again after a back-off of 1, 2, 4 … [`MAX_BACKOFF_WINDOWS`]
 //!   windows, doubling after every failed try and starting again at 1 after a window that kept
 //!   it. At depth 1 that is one window of deferrals in 64 once the back-off is at its longest.
@@ -99,34 +102,51 @@ impl SoftDim {
                 .found
                 .saturating_add(found.min(u32::from(u16::MAX)) as u16);
         }
-        if self.samples == WINDOW {
+        if self.on && raised && self.raised == MIN_RAISED && !self.batched() {
+            // The first deferrals of the window did not batch: every further one would cost
+            // its wait for nothing (at depth 1, the reply's), so the try ends here.
+            self.turn_off();
+        } else if self.samples == WINDOW {
             self.end_window();
         }
         self.profile_ix()
     }
 
+    /// Whether the window's deferred runs found [`KEEP_FOUND_X2`]/2 completions each.
+    fn batched(&self) -> bool {
+        2 * u32::from(self.found) >= KEEP_FOUND_X2 * u32::from(self.raised)
+    }
+
+    fn turn_off(&mut self) {
+        self.on = false;
+        self.wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF_WINDOWS);
+        self.new_window();
+    }
+
+    fn new_window(&mut self) {
+        self.samples = 0;
+        self.raised = 0;
+        self.found = 0;
+    }
+
     fn end_window(&mut self) {
         if self.on {
+            // With fewer deferred runs, the runs found the profile's count or the CQ went
+            // quiet, and nothing says the deferrals failed.
             if self.raised >= MIN_RAISED {
-                if 2 * u32::from(self.found) >= KEEP_FOUND_X2 * u32::from(self.raised) {
-                    self.backoff = 1;
-                } else {
-                    self.on = false;
-                    self.wait = self.backoff;
-                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF_WINDOWS);
+                if !self.batched() {
+                    return self.turn_off();
                 }
+                self.backoff = 1;
             }
-            // Fewer deferred runs: the runs found the profile's count or the CQ went quiet, and
-            // nothing says the deferrals failed.
         } else {
             self.wait = self.wait.saturating_sub(1);
             if self.wait == 0 {
                 self.on = true;
             }
         }
-        self.samples = 0;
-        self.raised = 0;
-        self.found = 0;
+        self.new_window();
     }
 
     /// The state as one word, for an atomic.

@@ -464,13 +464,13 @@ fn soft_moderation_exactly_once() -> TestResult {
 
 /// On rxe, software chooses the profile by what its deferrals find (`policy::soft_dim`), not
 /// lib/dim: a new CQ starts at profile 0 and tries the highest after one window of runs;
-/// deferrals whose runs find the CQ empty (depth 1: the peer waits for the reply) turn it off,
-/// until a back-off of one window has passed; deferrals whose runs find completions waiting
+/// the first `MIN_RAISED` deferrals whose runs find the CQ empty (depth 1: the peer waits for
+/// the reply) turn it off at once, until a back-off of one window has passed; deferrals whose runs find completions waiting
 /// keep it on. Every deferred pass is ended by the test, and the completions are real ones.
 fn software_choice_follows_what_deferrals_find() -> TestResult {
     use crate::policy::{
         moderation,
-        soft_dim::{ON_PROFILE, WINDOW},
+        soft_dim::{MIN_RAISED, ON_PROFILE, WINDOW},
     };
     let _held = HeldDeferrals::new();
     with_cq(16, true, |dev, cq, events| {
@@ -500,21 +500,25 @@ fn software_choice_follows_what_deferrals_find() -> TestResult {
         last_of_window()?;
 
         // Depth 1: the run that handled the reply defers; ibext's call then finds nothing
-        // (and arms the CQ). A window of that turns moderation off.
-        for i in 0..WINDOW / 2 {
-            kassert_eq!(prof(), top, "run {}", 2 * i);
+        // (and arms the CQ). The window's first MIN_RAISED deferred runs of that turn
+        // moderation off at once.
+        for i in 0..MIN_RAISED {
+            kassert_eq!(prof(), top, "deferral {}", i);
             // SAFETY: Attached; one sampler.
             unsafe { ibext_dim_sample(cq, 1) };
             kassert_eq!(arm(cq, NEXT_COMP), 0);
             kassert!(expire(cq));
             kassert_eq!(ulp_run(cq), 0);
         }
-        kassert_eq!(counters(cq).deferred_arms, runs / 2);
-        kassert_eq!(counters(cq).raised, runs / 2);
+        let tried = u64::from(MIN_RAISED);
+        kassert_eq!(prof(), zero);
+        kassert_eq!(counters(cq).deferred_arms, tried);
+        kassert_eq!(counters(cq).raised, tried);
+        // A window of back-off, each run arming at once.
         for _ in 0..WINDOW - 1 {
             kassert_eq!(ulp_run(cq), 0);
         }
-        kassert_eq!(counters(cq).deferred_arms, runs / 2);
+        kassert_eq!(counters(cq).deferred_arms, tried);
         last_of_window()?;
 
         // Load: completions wait for every deferred pass (four a round); a window of that
@@ -545,8 +549,8 @@ fn software_choice_follows_what_deferrals_find() -> TestResult {
             kassert_eq!(prof(), top, "round {}", round);
         }
         kassert_eq!(events.load(Ordering::Acquire), e0 + u32::from(WINDOW));
-        kassert_eq!(counters(cq).raised, runs / 2 + runs - 1);
-        kassert_eq!(counters(cq).deferred_arms, runs / 2 + runs);
+        kassert_eq!(counters(cq).raised, tried + runs - 1);
+        kassert_eq!(counters(cq).deferred_arms, tried + runs);
         drop(lb);
         Ok(())
     })
