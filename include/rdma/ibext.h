@@ -177,7 +177,8 @@ int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps)
  *	optionally with IB_CQ_REPORT_MISSED_EVENTS
  *
  * Called by the ULP instead of ib_req_notify_cq() after a poll loop, and
- * after the ibext_dim_sample() of that loop: poll, sample, arm, poll again.
+ * after the ibext_dim_sample() of that loop: poll, sample, arm, and poll
+ * again if the arm, asked with IB_CQ_REPORT_MISSED_EVENTS, returns > 0.
  * Where the device moderates the CQ itself (it took the profile with
  * modify_cq), or at profile 0, it is ib_req_notify_cq().  Otherwise (rxe,
  * and every device without modify_cq) ibext moderates in software, by the
