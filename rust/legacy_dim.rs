@@ -27,7 +27,10 @@ use crate::{
         dim::{Attached, AttachedHandler},
     },
     ledger::{Kind, Token},
-    policy::{moderation, soft_dim::SoftDim},
+    policy::{
+        moderation::{self, Profile},
+        soft_dim::SoftDim,
+    },
     seams,
 };
 #[cfg(ibext_kunit)]
@@ -179,8 +182,9 @@ pub(crate) fn sample(cq: &UlpCq, ncompleted: u32) {
     }
     // One sampler at a time (`UlpCq`'s invariants): nothing else writes `soft`.
     let mut soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
-    let before = soft.profile_ix();
-    if soft.sample(ncompleted, raised) != before {
+    let before = soft.profile();
+    soft.sample(ncompleted, raised);
+    if soft.profile() != before {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
     this.soft.store(soft.to_bits(), Ordering::Relaxed);
@@ -193,27 +197,30 @@ pub(crate) fn detach(cq: &UlpCq) {
     }
 }
 
-/// The profile index in force: software's choice, or lib/dim's.
-fn profile_ix(d: &Attached<LegacyDim>) -> u8 {
+/// The profile in force and whether it is profile 0: software's choice (whose period may be
+/// longer than the table's, `policy::soft_dim`), or lib/dim's.
+fn current(d: &Attached<LegacyDim>) -> (Profile, bool) {
     let this = d.data();
     if this.software {
         #[cfg(ibext_kunit)]
         {
             let forced = this.forced_ix.load(Ordering::Relaxed);
             if forced != NOT_FORCED {
-                return forced;
+                return (moderation::profile(forced), forced == 0);
             }
         }
-        SoftDim::from_bits(this.soft.load(Ordering::Relaxed)).profile_ix()
+        let soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
+        (soft.profile(), soft.profile_ix() == 0)
     } else {
-        d.profile_ix()
+        let ix = d.profile_ix();
+        (moderation::profile(ix), ix == 0)
     }
 }
 
 /// Returns the current profile as (usec, comps) (see `ibext_dim_profile`).
 pub(crate) fn profile(cq: &UlpCq) -> Result<(u16, u16)> {
     let d = Attached::<LegacyDim>::of(cq).ok_or(EINVAL)?;
-    let p = moderation::profile(profile_ix(d));
+    let (p, _) = current(d);
     Ok((p.usec, p.comps))
 }
 
@@ -236,11 +243,10 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         return Ok(cq.req_notify(flags));
     };
     let this = d.data();
-    let ix = profile_ix(d);
-    let p = moderation::profile(ix);
+    let (p, zero) = current(d);
     let last = this.last_completed.load(Ordering::Relaxed);
     let after_raise = this.after_raise.swap(false, Ordering::AcqRel);
-    let usec = if ix == 0
+    let usec = if zero
         || this.hw_moderation.load(Ordering::Acquire)
         || last >= u32::from(p.comps)
         || (last == 0 && after_raise)

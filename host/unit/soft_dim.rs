@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 use super::Rng;
-use crate::policy::soft_dim::*;
+use crate::policy::{moderation::RDMA_DIM_PROFILES, soft_dim::*};
 
 /// Feeds one window of runs: `raised` of them started by ibext, finding `found` each; the
 /// others find `other`. Returns the profile index after the window.
@@ -48,10 +48,12 @@ fn keeping_needs_one_and_a_half_per_deferral() {
         ix = on.sample(if i % 2 == 0 { 1 } else { 2 }, true);
     }
     assert_eq!(ix, ON_PROFILE);
-    // One completion fewer in the window: off.
-    let mut off = s;
+    assert_eq!(on.profile().usec, 32);
+    // One completion fewer in the window: completions still come, slower than the period, so
+    // the period doubles.
+    let mut slower = s;
     for i in 0..WINDOW {
-        ix = off.sample(
+        ix = slower.sample(
             if i == 0 {
                 0
             } else if i % 2 == 0 {
@@ -62,7 +64,54 @@ fn keeping_needs_one_and_a_half_per_deferral() {
             true,
         );
     }
-    assert_eq!(ix, 0);
+    assert_eq!(ix, ON_PROFILE);
+    assert_eq!(slower.profile().usec, 64);
+}
+
+#[test]
+fn slow_arrivals_double_the_period_up_to_max_level() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    let top = RDMA_DIM_PROFILES[usize::from(ON_PROFILE)];
+    assert_eq!(s.profile(), top);
+    // Each deferred run finds one completion: the period doubles each window...
+    for level in 1..=MAX_LEVEL {
+        assert_eq!(window(&mut s, WINDOW, 1, 0), ON_PROFILE);
+        assert_eq!(s.profile().usec, top.usec << level);
+        assert_eq!(s.profile().comps, top.comps);
+    }
+    // ...and at the longest, one more such window turns moderation off.
+    assert_eq!(window(&mut s, WINDOW, 1, 0), 0);
+    assert_eq!(s.profile(), RDMA_DIM_PROFILES[0]);
+    // It comes on again at the table's period.
+    assert_eq!(window(&mut s, 0, 0, 1), ON_PROFILE);
+    assert_eq!(s.profile(), top);
+}
+
+#[test]
+fn a_longer_period_that_batches_is_kept() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    window(&mut s, WINDOW, 1, 0);
+    assert_eq!(s.profile().usec, 64);
+    for _ in 0..100 {
+        assert_eq!(window(&mut s, 40, 2, 1), ON_PROFILE);
+        assert_eq!(s.profile().usec, 64);
+    }
+}
+
+#[test]
+fn nothing_found_at_a_longer_period_turns_it_off_early() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    window(&mut s, WINDOW, 1, 0);
+    assert_eq!(s.profile().usec, 64);
+    for i in 0..MIN_RAISED {
+        assert_eq!(s.profile().usec, 64, "{i}");
+        s.sample(1, false);
+        s.sample(0, true);
+    }
+    assert_eq!(s.profile_ix(), 0);
 }
 
 #[test]

@@ -125,7 +125,8 @@ void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
  * ib_req_notify_cq(), which leaves the CQ unarmed for the profile's period
  * (software moderation), and it is chosen by what those deferrals batch:
  * profile 0, or the highest (32 us or 32 completions) while the runs that
- * ibext's handler calls start find 1.5 completions each or more, tried again
+ * ibext's handler calls start find 1.5 completions each or more, its period
+ * doubled up to 128 us while they find one or more but fewer, tried again
  * after a back-off when they do not.  The ULP calls ibext_dim_detach() before
  * it destroys the CQ.
  *

@@ -12,16 +12,19 @@
 //! 15–40 µs under load in the benchmark guest), so it never reaches a profile that would batch.
 //!
 //! So the software choice is between profile 0 (arm at once) and the table's highest profile
-//! ([`ON_PROFILE`], 32 µs or 32 completions), judged by what the deferrals find:
+//! ([`ON_PROFILE`], 32 µs or 32 completions), whose period software may double up to
+//! [`MAX_LEVEL`] times (128 µs), judged by what the deferrals find:
 //!
 //! - Every [`WINDOW`] runs of the ULP, the runs that ibext's handler calls started are counted
 //!   with what their first poll found.
-//! - While on, a window with at least [`MIN_RAISED`] such runs that found fewer than
-//!   [`KEEP_FOUND_X2`]/2 completions each on average turns moderation off: the deferrals did not
-//!   batch (at depth 1 the peer waits for the reply, and the deferred run finds nothing). The
-//!   window's first [`MIN_RAISED`] deferred runs are judged as soon as the last of them is
-//!   seen, so that a try that fails costs that many deferrals, not a window's worth (half of
-//!   its runs at depth 1).
+//! - While on, a window with at least [`MIN_RAISED`] such runs is judged by what they found on
+//!   average: [`KEEP_FOUND_X2`]/2 (1.5) or more keeps the period; at least one but fewer means
+//!   completions keep coming, slower than the period, and the period doubles (up to
+//!   [`MAX_LEVEL`] times; beyond, moderation goes off); fewer than one turns moderation off: the
+//!   deferrals did not batch (at depth 1 the peer waits for the reply, and the deferred run finds
+//!   nothing). That last case is judged as soon as the window's [`MIN_RAISED`]th deferred run is
+//!   seen, so that a try that fails costs that many deferrals, not a window's worth (half of its
+//!   runs at depth 1). Off, the period starts again at 32 µs.
 //! - While off, moderation comes on again after a back-off of 1, 2, 4 … [`MAX_BACKOFF_WINDOWS`]
 //!   windows, doubling after every failed try and starting again at 1 after a window that kept
 //!   it. At depth 1 that is one window of deferrals in 64 once the back-off is at its longest.
@@ -29,7 +32,7 @@
 //! The state fits in a `u64` ([`SoftDim::to_bits`]) so that the kernel side keeps it in one
 //! atomic, written only by the CQ's one sampler.
 
-use super::moderation::RDMA_DIM_PROFILES;
+use super::moderation::{Profile, RDMA_DIM_PROFILES};
 
 /// The runs in one window.
 pub(crate) const WINDOW: u8 = 64;
@@ -46,12 +49,15 @@ pub(crate) const KEEP_FOUND_X2: u32 = 3;
 /// The longest back-off, in windows.
 pub(crate) const MAX_BACKOFF_WINDOWS: u16 = 64;
 
+/// The longest software period while on: [`ON_PROFILE`]'s 32 µs doubled this many times.
+pub(crate) const MAX_LEVEL: u8 = 2;
+
 /// Software moderation's state for one CQ.
 ///
 /// # Invariants
 ///
 /// `samples < WINDOW`, `raised <= samples`, `backoff <= MAX_BACKOFF_WINDOWS` and is a power of
-/// two, `wait <= backoff`; `wait` is 0 while `on`.
+/// two, `wait <= backoff`; `wait` is 0 while `on`; `level <= MAX_LEVEL`, and 0 while off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SoftDim {
     /// Runs seen in this window.
@@ -66,6 +72,8 @@ pub(crate) struct SoftDim {
     backoff: u16,
     /// Whether moderation is on.
     on: bool,
+    /// While on: the period is [`ON_PROFILE`]'s doubled this many times.
+    level: u8,
 }
 
 impl Default for SoftDim {
@@ -78,6 +86,7 @@ impl Default for SoftDim {
             wait: 1,
             backoff: 1,
             on: false,
+            level: 0,
         }
     }
 }
@@ -102,14 +111,24 @@ impl SoftDim {
                 .found
                 .saturating_add(found.min(u32::from(u16::MAX)) as u16);
         }
-        if self.on && raised && self.raised == MIN_RAISED && !self.batched() {
-            // The first deferrals of the window did not batch: every further one would cost
-            // its wait for nothing (at depth 1, the reply's), so the try ends here.
+        if self.on && raised && self.raised == MIN_RAISED && self.found < u16::from(MIN_RAISED) {
+            // The first deferrals of the window found less than one completion each: every
+            // further one would cost its wait for nothing (at depth 1, the reply's).
             self.turn_off();
         } else if self.samples == WINDOW {
             self.end_window();
         }
         self.profile_ix()
+    }
+
+    /// The profile to apply: profile 0 while off; while on, [`ON_PROFILE`] with its period
+    /// doubled `level` times.
+    pub(crate) fn profile(&self) -> Profile {
+        let mut p = RDMA_DIM_PROFILES[usize::from(self.profile_ix())];
+        if self.on {
+            p.usec <<= self.level;
+        }
+        p
     }
 
     /// Whether the window's deferred runs found [`KEEP_FOUND_X2`]/2 completions each.
@@ -119,6 +138,7 @@ impl SoftDim {
 
     fn turn_off(&mut self) {
         self.on = false;
+        self.level = 0;
         self.wait = self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF_WINDOWS);
         self.new_window();
@@ -135,10 +155,14 @@ impl SoftDim {
             // With fewer deferred runs, the runs found the profile's count or the CQ went
             // quiet, and nothing says the deferrals failed.
             if self.raised >= MIN_RAISED {
-                if !self.batched() {
+                if self.batched() {
+                    self.backoff = 1;
+                } else if self.found >= u16::from(self.raised) && self.level < MAX_LEVEL {
+                    // Completions keep coming, slower than the period: a longer one.
+                    self.level += 1;
+                } else {
                     return self.turn_off();
                 }
-                self.backoff = 1;
             }
         } else {
             self.wait = self.wait.saturating_sub(1);
@@ -156,6 +180,7 @@ impl SoftDim {
             | u64::from(self.found) << 16
             | u64::from(self.wait) << 32
             | u64::from(self.backoff) << 48
+            | u64::from(self.level) << 56
             | u64::from(self.on) << 63
     }
 
@@ -166,7 +191,8 @@ impl SoftDim {
             raised: (b >> 8) as u8,
             found: (b >> 16) as u16,
             wait: (b >> 32) as u16,
-            backoff: ((b >> 48) as u16) & 0x7fff,
+            backoff: ((b >> 48) as u16) & 0xff,
+            level: ((b >> 56) as u8) & 3,
             on: b >> 63 != 0,
         }
     }

@@ -465,8 +465,10 @@ fn soft_moderation_exactly_once() -> TestResult {
 /// On rxe, software chooses the profile by what its deferrals find (`policy::soft_dim`), not
 /// lib/dim: a new CQ starts at profile 0 and tries the highest after one window of runs;
 /// the first `MIN_RAISED` deferrals whose runs find the CQ empty (depth 1: the peer waits for
-/// the reply) turn it off at once, until a back-off of one window has passed; deferrals whose runs find completions waiting
-/// keep it on. Every deferred pass is ended by the test, and the completions are real ones.
+/// the reply) turn it off at once, until a back-off of one window has passed; deferrals whose
+/// runs find completions waiting keep it on; deferrals whose runs find one completion each
+/// double its period. Every deferred pass is ended by the test. The completions are real ones,
+/// but for the last window's, which are the counts the ULP reports.
 fn software_choice_follows_what_deferrals_find() -> TestResult {
     use crate::policy::{
         moderation,
@@ -552,6 +554,21 @@ fn software_choice_follows_what_deferrals_find() -> TestResult {
         kassert_eq!(counters(cq).raised, tried + runs - 1);
         kassert_eq!(counters(cq).deferred_arms, tried + runs);
         drop(lb);
+
+        // Slower arrivals: a window of deferred runs that find one completion each (what the
+        // ULP reports; the CQ is empty) doubles the period. The last round's arm deferred.
+        for i in 0..WINDOW {
+            kassert!(expire(cq), "run {}", i);
+            // SAFETY: Attached; one sampler.
+            unsafe { ibext_dim_sample(cq, 1) };
+            kassert_eq!(arm(cq, NEXT_COMP), 0, "run {}", i);
+        }
+        let slow = moderation::profile(ON_PROFILE);
+        kassert_eq!(prof(), Some((2 * slow.usec, slow.comps)));
+        // Then ibext's call finds nothing, and the CQ is armed.
+        kassert!(expire(cq));
+        kassert_eq!(ulp_run(cq), 0);
+        kassert_eq!(counters(cq).deferred_arms, tried + 2 * runs);
         Ok(())
     })
 }
