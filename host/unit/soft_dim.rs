@@ -88,12 +88,18 @@ fn slow_arrivals_double_the_period_up_to_max_level() {
     assert_eq!(s.profile(), top);
 }
 
-#[test]
-fn a_longer_period_that_batches_is_kept() {
+/// A selection on at 64 µs: one window off, then one of deferred runs that found one each.
+fn at_64_us() -> SoftDim {
     let mut s = SoftDim::default();
     window(&mut s, 0, 0, 1);
     window(&mut s, WINDOW, 1, 0);
     assert_eq!(s.profile().usec, 64);
+    s
+}
+
+#[test]
+fn a_longer_period_that_batches_is_kept() {
+    let mut s = at_64_us();
     for _ in 0..100 {
         assert_eq!(window(&mut s, 40, 2, 1), ON_PROFILE);
         assert_eq!(s.profile().usec, 64);
@@ -102,10 +108,7 @@ fn a_longer_period_that_batches_is_kept() {
 
 #[test]
 fn nothing_found_at_a_longer_period_turns_it_off_early() {
-    let mut s = SoftDim::default();
-    window(&mut s, 0, 0, 1);
-    window(&mut s, WINDOW, 1, 0);
-    assert_eq!(s.profile().usec, 64);
+    let mut s = at_64_us();
     for i in 0..MIN_RAISED {
         assert_eq!(s.profile().usec, 64, "{i}");
         s.sample(1, false);
