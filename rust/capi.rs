@@ -518,6 +518,27 @@ pub(crate) unsafe extern "C" fn ibext_dim_arm(cq: *mut bindings::ib_cq, flags: c
     }
 }
 
+/// C entry point of `ibext_dim_poll_done()`; see `include/rdma/ibext.h`.
+///
+/// # Safety
+///
+/// `cq` is null or a live CQ; not called concurrently with `ibext_dim_detach` on it.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn ibext_dim_poll_done(
+    cq: *mut bindings::ib_cq,
+    ncompleted: c_uint,
+    flags: c_uint,
+) -> c_int {
+    if cq.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The C contract.
+    match legacy_dim::poll_done(unsafe { UlpCq::from_raw(cq) }, ncompleted, flags) {
+        Ok(r) => r,
+        Err(e) => e.to_errno(),
+    }
+}
+
 /// C entry point of `ibext_dim_profile()`; see `include/rdma/ibext.h`.
 ///
 /// # Safety

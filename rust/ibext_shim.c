@@ -412,6 +412,7 @@ EXPORT_SYMBOL_GPL(ibext_dim_sample);
 EXPORT_SYMBOL_GPL(ibext_dim_detach);
 EXPORT_SYMBOL_GPL(ibext_dim_profile);
 EXPORT_SYMBOL_GPL(ibext_dim_arm);
+EXPORT_SYMBOL_GPL(ibext_dim_poll_done);
 EXPORT_SYMBOL_GPL(ibext_find_gid);
 EXPORT_SYMBOL_GPL(ibext_find_gid_by_port);
 EXPORT_SYMBOL_GPL(ibext_srq_pool_create);

@@ -9,9 +9,10 @@
 //! (`ibext_dim_arm()`) instead of `ib_req_notify_cq()`, and ibext applies the profile as the
 //! engine does for its own CQs (`policy::moderation::end_of_pass`): it leaves the CQ unarmed
 //! for the profile's time and then calls the ULP's handler once, so that completions batch as
-//! they would under the device's own moderation. There the profile is chosen by what those
-//! deferrals find (`policy::soft_dim`), not by `rdma_dim()`, whose low profiles are too short
-//! for a software deferral to batch anything.
+//! they would under the device's own moderation. A ULP that samples and re-arms after every
+//! run does both in one call, [`poll_done`]. Without `modify_cq` the profile is chosen by what
+//! those deferrals find (`policy::soft_dim`), not by `rdma_dim()`, whose low profiles are too
+//! short for a software deferral to batch anything.
 //!
 //! The DIM state hangs off the CQ's own `dim` pointer (`ib::dim::Attached`), which ib_core uses
 //! only for the CQs it allocates itself (`ib_alloc_cq` on devices with `use_cq_dim`), and which
@@ -163,6 +164,27 @@ pub(crate) fn sample(cq: &UlpCq, ncompleted: u32) {
         warn_on_once!(true, "ibext_dim_sample: no ibext DIM attached to the CQ");
         return;
     };
+    sample_on(d, ncompleted);
+}
+
+/// Samples and re-arms at the end of one poll run (see `ibext_dim_poll_done`): [`sample`] and
+/// then [`arm`], in one call. Nothing is sampled when the arm's input is bad.
+pub(crate) fn poll_done(cq: &UlpCq, ncompleted: u32, flags: u32) -> Result<i32> {
+    let flags = ArmFlags::from_raw(flags)?;
+    if !cq.has_comp_handler() {
+        return Err(EINVAL);
+    }
+    let Some(d) = Attached::<LegacyDim>::of(cq) else {
+        warn_on_once!(true, "ibext_dim_poll_done: no ibext DIM attached to the CQ");
+        return Ok(cq.req_notify(flags));
+    };
+    sample_on(d, ncompleted);
+    Ok(arm_on(cq, d, flags))
+}
+
+/// [`sample`], on `cq`'s attached DIM `d`.
+#[inline]
+fn sample_on(d: &Attached<LegacyDim>, ncompleted: u32) {
     let this = d.data();
     this.samples.fetch_add(1, Ordering::Relaxed);
     this.last_completed.store(ncompleted, Ordering::Relaxed);
@@ -242,6 +264,12 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
         warn_on_once!(true, "ibext_dim_arm: no ibext DIM attached to the CQ");
         return Ok(cq.req_notify(flags));
     };
+    Ok(arm_on(cq, d, flags))
+}
+
+/// [`arm`], with valid `flags`, on `cq`'s attached DIM `d`.
+#[inline]
+fn arm_on(cq: &UlpCq, d: &Attached<LegacyDim>, flags: ArmFlags) -> i32 {
     let this = d.data();
     let (p, zero) = current(d);
     let last = this.last_completed.load(Ordering::Relaxed);
@@ -257,14 +285,14 @@ pub(crate) fn arm(cq: &UlpCq, flags: u32) -> Result<i32> {
     };
     let usec = seams::legacy_defer_us(usec);
     if usec == 0 {
-        return Ok(cq.req_notify(flags));
+        return cq.req_notify(flags);
     }
     this.deferred_arms.fetch_add(1, Ordering::Relaxed);
     if d.defer_pass(flags, usec) {
         DEFERRALS.fetch_add(1, Ordering::Relaxed);
         ASKED_US.fetch_add(u64::from(usec), Ordering::Relaxed);
     }
-    Ok(0)
+    0
 }
 
 /// Tests only: the module-wide totals shown in debugfs, `(deferrals, asked_us, waited_us)`.

@@ -212,6 +212,26 @@ int ibext_dim_profile(struct ib_cq *cq, unsigned int *usec, unsigned int *comps)
 int ibext_dim_arm(struct ib_cq *cq, unsigned int flags);
 
 /**
+ * ibext_dim_poll_done() - Sample a poll loop and re-arm, in one call
+ * @cq: a CQ with ibext's DIM attached, made with a comp_handler
+ * @ncompleted: completions the loop handled
+ * @flags: as for ibext_dim_arm()
+ *
+ * ibext_dim_sample(@cq, @ncompleted) followed by ibext_dim_arm(@cq, @flags),
+ * for the ULP that does both after every poll loop, as RDS's tasklets do:
+ * poll, ibext_dim_poll_done(), and poll again if it returns > 0.  One call
+ * instead of two on a path that runs for every event.  Bad @flags or a CQ
+ * without a comp_handler change nothing: no sample is taken.  Without DIM
+ * attached it warns once and calls ib_req_notify_cq().
+ *
+ * Context: any context the ULP polls in; does not sleep.  Never concurrently
+ * with ibext_dim_detach() on @cq.
+ * Return: as ibext_dim_arm().
+ */
+int ibext_dim_poll_done(struct ib_cq *cq, unsigned int ncompleted,
+			unsigned int flags);
+
+/**
  * ibext_find_gid() - Find a GID in a device's GID tables, in O(1)
  * @dev: the device to search
  * @gid: the GID to find

@@ -3,7 +3,8 @@
 //! `ibext_dim_arm`: software moderation of a legacy ULP's own CQ on rxe, which has no
 //! `modify_cq`. The ULP here is the one RDS is: a CQ made with `ib_create_cq` and a completion
 //! handler, polled by the ULP, sampled with `ibext_dim_sample()` and re-armed with
-//! `ibext_dim_arm()` instead of `ib_req_notify_cq()`.
+//! `ibext_dim_arm()` instead of `ib_req_notify_cq()`, or both in one call,
+//! `ibext_dim_poll_done()`, as the RDS port does.
 //!
 //! What is asserted is forced: profiles are set by the test (as the selection sets them), or
 //! follow from the runs the test makes (`software_choice_follows_what_deferrals_find`), and a
@@ -14,7 +15,9 @@
 use crate::{
     backport::bug::expect_warnings,
     bindings,
-    capi::{ibext_dim_arm, ibext_dim_attach, ibext_dim_detach, ibext_dim_sample},
+    capi::{
+        ibext_dim_arm, ibext_dim_attach, ibext_dim_detach, ibext_dim_poll_done, ibext_dim_sample,
+    },
     ib::cq::UlpCq,
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, TestResult},
     legacy_dim::{self, Counters},
@@ -99,6 +102,12 @@ fn with_cq(
 fn arm(cq: *mut bindings::ib_cq, flags: u32) -> i32 {
     // SAFETY: `cq` is null or live; the tests arm from one thread and never while detaching.
     unsafe { ibext_dim_arm(cq, flags) }
+}
+
+/// `ibext_dim_poll_done()` on `cq`, which is null or one of the tests' live CQs.
+fn poll_done(cq: *mut bindings::ib_cq, n: u32, flags: u32) -> i32 {
+    // SAFETY: `cq` is null or live; the tests arm from one thread and never while detaching.
+    unsafe { ibext_dim_poll_done(cq, n, flags) }
 }
 
 /// The counters of `cq`'s DIM (all zero without it).
@@ -260,13 +269,87 @@ fn full_run_arms_at_once() -> TestResult {
     })
 }
 
-/// The ULP's run after an event, as RDS's tasklets: poll and sample, re-arm through ibext, poll
-/// again (what that finds raced the arm and is in no sample). Returns the first poll's count.
+/// The ULP's run after an event: poll and sample, re-arm through ibext, poll again (what that
+/// finds raced the arm and is in no sample). Returns the first poll's count. With
+/// [`ONE_CALL`], as the RDS port's tasklets: poll, `ibext_dim_poll_done()` asking for missed
+/// completions, and poll again only if it reports some.
 fn ulp_run(cq: *mut bindings::ib_cq) -> u32 {
+    if ONE_CALL.load(Ordering::Acquire) {
+        let n = drain(cq, false);
+        if poll_done(cq, n, NEXT_COMP | MISSED) > 0 {
+            drain(cq, false);
+        }
+        return n;
+    }
     let n = drain(cq, true);
     let _ = arm(cq, NEXT_COMP);
     drain(cq, false);
     n
+}
+
+/// While set, [`ulp_run`] samples and re-arms with one `ibext_dim_poll_done()`.
+static ONE_CALL: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` with [`ONE_CALL`] set.
+fn with_one_call(f: fn() -> TestResult) -> TestResult {
+    ONE_CALL.store(true, Ordering::Release);
+    let r = f();
+    ONE_CALL.store(false, Ordering::Release);
+    r
+}
+
+/// Every misuse of `ibext_dim_poll_done()` gives its errno and changes nothing, not even the
+/// samples; without ibext's DIM it warns once and arms at once, for real.
+fn poll_done_bad_input() -> TestResult {
+    let einval = EINVAL.to_errno();
+    kassert_eq!(poll_done(core::ptr::null_mut(), 1, NEXT_COMP), einval);
+    bad_input_ok("dim_poll_done.null");
+    with_cq(16, false, |_, cq, _| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(poll_done(cq, 1, NEXT_COMP), einval);
+        kassert_eq!(counters(cq), Counters::default());
+        bad_input_ok("dim_poll_done.no_handler");
+        Ok(())
+    })?;
+    with_cq(16, true, |dev, cq, events| {
+        // SAFETY: Our live CQ.
+        kassert_eq!(unsafe { ibext_dim_attach(cq) }, 0);
+        kassert_eq!(force_profile(cq, 4), Some(false));
+        for flags in [0, SOLICITED | NEXT_COMP, MISSED, 8, NEXT_COMP | 0x100] {
+            kassert_eq!(poll_done(cq, 1, flags), einval, "flags {:#x}", flags);
+        }
+        kassert_eq!(counters(cq), Counters::default());
+        bad_input_ok("dim_poll_done.bad_flags");
+        // SAFETY: Attached above; nobody samples or arms it meanwhile.
+        unsafe { ibext_dim_detach(cq) };
+        let mut ret = -1;
+        kassert_eq!(expect_warnings(|| ret = poll_done(cq, 0, NEXT_COMP)), 1);
+        kassert_eq!(ret, 0);
+        let e0 = events.load(Ordering::Acquire);
+        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+        let res = lb.round_polled(0, false, 20_000, &mut || {
+            if events.load(Ordering::Acquire) > e0 {
+                drain(cq, false);
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "{:?}", res);
+        kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+        bad_input_ok("dim_poll_done.not_attached");
+        Ok(())
+    })
+}
+
+/// [`soft_moderation_exactly_once`], each run ending in `ibext_dim_poll_done()`.
+fn soft_moderation_exactly_once_poll_done() -> TestResult {
+    with_one_call(soft_moderation_exactly_once)
+}
+
+/// [`software_choice_follows_what_deferrals_find`], the ULP's runs ending in
+/// `ibext_dim_poll_done()`: one call chooses as the two do.
+fn software_choice_with_poll_done() -> TestResult {
+    with_one_call(software_choice_follows_what_deferrals_find)
 }
 
 /// A deferred pass loses nothing and raises no event twice: while it waits the CQ is not
@@ -583,5 +666,8 @@ kunit_suite!(
         quiet_run_in_the_call_arms,
         soft_moderation_exactly_once,
         software_choice_follows_what_deferrals_find,
+        poll_done_bad_input,
+        soft_moderation_exactly_once_poll_done,
+        software_choice_with_poll_done,
     ]
 );
