@@ -31,7 +31,7 @@ fi
 frags="$top/kernel/ibext.config"
 [ "$flavour" = test ] || frags="$frags $top/kernel/$flavour.config"
 
-echo "ibext: building the $flavour kernel in $out (about 6 min on 2 cores)"
+echo "ibext: building the $flavour kernel in $out (about 12 min on 2 cores)"
 start=$(date +%s)
 mkdir -p "$out"
 kmake() { make -s -C "$src" O="$out" LLVM=1 "$@"; }
