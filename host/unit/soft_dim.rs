@@ -37,20 +37,30 @@ fn deferrals_that_batch_keep_it_on() {
     }
 }
 
-#[test]
-fn keeping_needs_one_and_a_half_per_deferral() {
+/// A selection on at its longest period: one window off, then [`MAX_LEVEL`] windows of
+/// deferred runs that found one each.
+fn at_max_level() -> SoftDim {
     let mut s = SoftDim::default();
     window(&mut s, 0, 0, 1);
-    // 3 completions per 2 deferred runs: kept.
+    for _ in 0..MAX_LEVEL {
+        window(&mut s, WINDOW, 1, 0);
+    }
+    assert_eq!(s.profile().usec, 32 << MAX_LEVEL);
+    s
+}
+
+#[test]
+fn keeping_needs_one_and_a_half_per_deferral() {
+    let s = at_max_level();
+    // 3 completions per 2 deferred runs: kept, at the longest period.
     let mut on = s;
     let mut ix = 0;
     for i in 0..WINDOW {
         ix = on.sample(if i % 2 == 0 { 1 } else { 2 }, true);
     }
     assert_eq!(ix, ON_PROFILE);
-    assert_eq!(on.profile().usec, 32);
-    // One completion fewer in the window: completions still come, slower than the period, so
-    // the period doubles.
+    assert_eq!(on.profile().usec, 32 << MAX_LEVEL);
+    // One completion fewer in the window, with no longer period left: off.
     let mut slower = s;
     for i in 0..WINDOW {
         ix = slower.sample(
@@ -64,8 +74,29 @@ fn keeping_needs_one_and_a_half_per_deferral() {
             true,
         );
     }
-    assert_eq!(ix, ON_PROFILE);
-    assert_eq!(slower.profile().usec, 64);
+    assert_eq!(ix, 0);
+    assert_eq!(slower.profile(), RDMA_DIM_PROFILES[0]);
+}
+
+#[test]
+fn small_batches_double_the_period_large_ones_keep_it() {
+    let mut s = SoftDim::default();
+    window(&mut s, 0, 0, 1);
+    // Three per deferred run: the period stays.
+    for _ in 0..10 {
+        assert_eq!(window(&mut s, 40, LONGER_BELOW_FOUND, 1), ON_PROFILE);
+        assert_eq!(s.profile().usec, 32);
+    }
+    // Two each (batched, but small): the period doubles each window, up to the longest, and
+    // stays on there.
+    for level in 1..=MAX_LEVEL {
+        assert_eq!(window(&mut s, 40, LONGER_BELOW_FOUND - 1, 1), ON_PROFILE);
+        assert_eq!(s.profile().usec, 32 << level);
+    }
+    for _ in 0..10 {
+        assert_eq!(window(&mut s, 40, LONGER_BELOW_FOUND - 1, 1), ON_PROFILE);
+        assert_eq!(s.profile().usec, 32 << MAX_LEVEL);
+    }
 }
 
 #[test]
@@ -101,7 +132,7 @@ fn at_64_us() -> SoftDim {
 fn a_longer_period_that_batches_is_kept() {
     let mut s = at_64_us();
     for _ in 0..100 {
-        assert_eq!(window(&mut s, 40, 2, 1), ON_PROFILE);
+        assert_eq!(window(&mut s, 40, LONGER_BELOW_FOUND, 1), ON_PROFILE);
         assert_eq!(s.profile().usec, 64);
     }
 }

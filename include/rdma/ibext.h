@@ -125,10 +125,10 @@ void ibext_cq_pool_put(struct ib_cq *cq, unsigned int nr_cqe);
  * ib_req_notify_cq(), which leaves the CQ unarmed for the profile's period
  * (software moderation), and it is chosen by what those deferrals batch:
  * profile 0, or the highest (32 us or 32 completions) while the runs that
- * ibext's handler calls start find 1.5 completions each or more, its period
- * doubled up to 128 us while they find one or more but fewer, tried again
- * after a back-off when they do not.  The ULP calls ibext_dim_detach() before
- * it destroys the CQ.
+ * ibext's handler calls start find one completion each or more, its period
+ * doubled, up to 128 us, while they find fewer than 3 (at the longest period
+ * fewer than 1.5 turns it off), tried again after a back-off when they find
+ * less than one.  The ULP calls ibext_dim_detach() before it destroys the CQ.
  *
  * Context: process context; may sleep.
  * Return: 0; -EINVAL for a NULL @cq or a pooled one; -EBUSY if @cq already

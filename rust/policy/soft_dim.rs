@@ -18,11 +18,13 @@
 //! - Every [`WINDOW`] runs of the ULP, the runs that ibext's handler calls started are counted
 //!   with what their first poll found.
 //! - While on, a window with at least [`MIN_RAISED`] such runs is judged by what they found on
-//!   average: [`KEEP_FOUND_X2`]/2 (1.5) or more keeps the period; at least one but fewer means
-//!   completions keep coming, slower than the period, and the period doubles (up to
-//!   [`MAX_LEVEL`] times; beyond, moderation goes off); fewer than one turns moderation off: the
-//!   deferrals did not batch (at depth 1 the peer waits for the reply, and the deferred run finds
-//!   nothing). That last case is judged as soon as the window's [`MIN_RAISED`]th deferred run is
+//!   average: [`LONGER_BELOW_FOUND`] (3) or more keeps the period; [`KEEP_FOUND_X2`]/2 (1.5) or
+//!   more but fewer than 3 keeps moderation on and doubles the period (up to [`MAX_LEVEL`]
+//!   times), since a longer wait batches more for the same one event; at least one but fewer
+//!   than 1.5 means completions keep coming, slower than the period, and the period doubles
+//!   (up to [`MAX_LEVEL`] times; beyond, moderation goes off); fewer than one turns moderation
+//!   off: the deferrals did not batch (at depth 1 the peer waits for the reply, and the deferred
+//!   run finds nothing). That last case is judged as soon as the window's [`MIN_RAISED`]th deferred run is
 //!   seen, so that a try that fails costs that many deferrals, not a window's worth (half of its
 //!   runs at depth 1). Off, the period starts again at 32 µs.
 //! - While off, moderation comes on again after a back-off of 1, 2, 4 … [`MAX_BACKOFF_WINDOWS`]
@@ -45,6 +47,10 @@ pub(crate) const MIN_RAISED: u8 = 8;
 
 /// Twice the average completions a deferred run must find for moderation to stay on: 1.5.
 pub(crate) const KEEP_FOUND_X2: u32 = 3;
+
+/// A window whose deferred runs batched ([`KEEP_FOUND_X2`]) but found fewer completions each
+/// than this doubles the period, up to [`MAX_LEVEL`] times.
+pub(crate) const LONGER_BELOW_FOUND: u32 = 3;
 
 /// The longest back-off, in windows.
 pub(crate) const MAX_BACKOFF_WINDOWS: u16 = 64;
@@ -155,9 +161,14 @@ impl SoftDim {
             // With fewer deferred runs, the runs found the profile's count or the CQ went
             // quiet, and nothing says the deferrals failed.
             if self.raised >= MIN_RAISED {
+                let (found, raised) = (u32::from(self.found), u32::from(self.raised));
                 if self.batched() {
                     self.backoff = 1;
-                } else if self.found >= u16::from(self.raised) && self.level < MAX_LEVEL {
+                    if found < LONGER_BELOW_FOUND * raised && self.level < MAX_LEVEL {
+                        // Small batches: a longer period batches more, for one event each.
+                        self.level += 1;
+                    }
+                } else if found >= raised && self.level < MAX_LEVEL {
                     // Completions keep coming, slower than the period: a longer one.
                     self.level += 1;
                 } else {
