@@ -203,13 +203,14 @@ fn sample_on(d: &Attached<LegacyDim>, ncompleted: u32) {
         return;
     }
     // One sampler at a time (`UlpCq`'s invariants): nothing else writes `soft`.
-    let mut soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
-    let before = soft.profile();
+    let before = this.soft.load(Ordering::Relaxed);
+    let mut soft = SoftDim::from_bits(before);
     soft.sample(ncompleted, raised);
-    if soft.profile() != before {
+    let after = soft.to_bits();
+    if SoftDim::profile_changed(before, after) {
         this.profile_changes.fetch_add(1, Ordering::Relaxed);
     }
-    this.soft.store(soft.to_bits(), Ordering::Relaxed);
+    this.soft.store(after, Ordering::Relaxed);
 }
 
 /// Detaches and frees ibext's DIM (see `ibext_dim_detach`).

@@ -255,3 +255,26 @@ fn bits_round_trip() {
         s.sample(found, rng.below(2) == 0);
     }
 }
+
+#[test]
+fn profile_changed_reads_the_profile_from_the_bits() {
+    let mut rng = Rng::new(37);
+    let mut s = SoftDim::default();
+    let mut changes = 0;
+    for _ in 0..100_000 {
+        let before = s;
+        let found = match rng.below(3) {
+            0 => 0,
+            1 => 1 + rng.below(2) as u32,
+            _ => rng.below(8) as u32,
+        };
+        s.sample(found, rng.below(4) != 0);
+        let changed = s.profile() != before.profile();
+        changes += u32::from(changed);
+        assert_eq!(
+            SoftDim::profile_changed(before.to_bits(), s.to_bits()),
+            changed
+        );
+    }
+    assert!(changes > 10, "{changes}");
+}

@@ -24,9 +24,9 @@
 //!   than 1.5 means completions keep coming, slower than the period, and the period doubles
 //!   (up to [`MAX_LEVEL`] times; beyond, moderation goes off); fewer than one turns moderation
 //!   off: the deferrals did not batch (at depth 1 the peer waits for the reply, and the deferred
-//!   run finds nothing). That last case is judged as soon as the window's [`MIN_RAISED`]th deferred run is
-//!   seen, so that a try that fails costs that many deferrals, not a window's worth (half of its
-//!   runs at depth 1). Off, the period starts again at 32 µs.
+//!   run finds nothing). That last case is judged as soon as the window's [`MIN_RAISED`]th
+//!   deferred run is seen, so that a try that fails costs that many deferrals, not a window's
+//!   worth (half of its runs at depth 1). Off, the period starts again at 32 µs.
 //! - While off, moderation comes on again after a back-off of 1, 2, 4 … [`MAX_BACKOFF_WINDOWS`]
 //!   windows, doubling after every failed try and starting again at 1 after a window that kept
 //!   it. At depth 1 that is one window of deferrals in 64 once the back-off is at its longest.
@@ -193,6 +193,12 @@ impl SoftDim {
             | u64::from(self.backoff) << 48
             | u64::from(self.level) << 56
             | u64::from(self.on) << 63
+    }
+
+    /// Whether two states ([`SoftDim::to_bits`]) apply different profiles: the profile depends
+    /// on `on` and `level` only, the word's top byte.
+    pub(crate) fn profile_changed(before: u64, after: u64) -> bool {
+        (before ^ after) >> 56 != 0
     }
 
     /// The state [`SoftDim::to_bits`] made.

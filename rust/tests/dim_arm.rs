@@ -176,6 +176,30 @@ impl Drop for HeldDeferrals {
     }
 }
 
+/// `rearm`, an `ibext_dim_arm()` or `ibext_dim_poll_done()` of `cq` without ibext's DIM, warns
+/// once and arms `cq` at once, for real: the next completion raises one event.
+fn unattached_rearm_warns_and_arms(
+    dev: &DeviceRef,
+    cq: *mut bindings::ib_cq,
+    events: &AtomicU32,
+    mut rearm: impl FnMut() -> i32,
+) -> TestResult {
+    let mut ret = -1;
+    kassert_eq!(expect_warnings(|| ret = rearm()), 1);
+    kassert_eq!(ret, 0);
+    let e0 = events.load(Ordering::Acquire);
+    let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
+    let res = lb.round_polled(0, false, 20_000, &mut || {
+        if events.load(Ordering::Acquire) > e0 {
+            drain(cq, false);
+        }
+        msleep(1);
+    });
+    kassert!(res.is_ok(), "{:?}", res);
+    kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+    Ok(())
+}
+
 /// Every misuse of `ibext_dim_arm()` gives its errno and changes nothing; without ibext's DIM
 /// it warns once and arms at once, for real: the next completion raises an event.
 fn arm_bad_input() -> TestResult {
@@ -201,19 +225,7 @@ fn arm_bad_input() -> TestResult {
         bad_input_ok("dim_arm.bad_flags");
         // SAFETY: Attached above; nobody samples or arms it meanwhile.
         unsafe { ibext_dim_detach(cq) };
-        let mut ret = -1;
-        kassert_eq!(expect_warnings(|| ret = arm(cq, NEXT_COMP)), 1);
-        kassert_eq!(ret, 0);
-        let e0 = events.load(Ordering::Acquire);
-        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
-        let res = lb.round_polled(0, false, 20_000, &mut || {
-            if events.load(Ordering::Acquire) > e0 {
-                drain(cq, false);
-            }
-            msleep(1);
-        });
-        kassert!(res.is_ok(), "{:?}", res);
-        kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+        unattached_rearm_warns_and_arms(dev, cq, events, || arm(cq, NEXT_COMP))?;
         bad_input_ok("dim_arm.not_attached");
         Ok(())
     })
@@ -323,19 +335,7 @@ fn poll_done_bad_input() -> TestResult {
         bad_input_ok("dim_poll_done.bad_flags");
         // SAFETY: Attached above; nobody samples or arms it meanwhile.
         unsafe { ibext_dim_detach(cq) };
-        let mut ret = -1;
-        kassert_eq!(expect_warnings(|| ret = poll_done(cq, 0, NEXT_COMP)), 1);
-        kassert_eq!(ret, 0);
-        let e0 = events.load(Ordering::Acquire);
-        let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
-        let res = lb.round_polled(0, false, 20_000, &mut || {
-            if events.load(Ordering::Acquire) > e0 {
-                drain(cq, false);
-            }
-            msleep(1);
-        });
-        kassert!(res.is_ok(), "{:?}", res);
-        kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
+        unattached_rearm_warns_and_arms(dev, cq, events, || poll_done(cq, 0, NEXT_COMP))?;
         bad_input_ok("dim_poll_done.not_attached");
         Ok(())
     })
