@@ -29,7 +29,7 @@ use crate::{
     },
     ledger::{Kind, Token},
     policy::{
-        moderation::{self, Profile},
+        profiles::{self, Profile},
         soft_dim::SoftDim,
     },
     seams,
@@ -116,7 +116,7 @@ pub(crate) struct Counters {
 
 impl AttachedHandler for LegacyDim {
     fn profile_chosen(d: &Attached<Self>) {
-        let (_, applied) = d.apply_profile(moderation::comps_usec);
+        let (_, applied) = d.apply_profile(profiles::comps_usec);
         let this = d.data();
         this.hw_moderation
             .store(applied.in_hardware(), Ordering::Release);
@@ -229,14 +229,14 @@ fn current(d: &Attached<LegacyDim>) -> (Profile, bool) {
         {
             let forced = this.forced_ix.load(Ordering::Relaxed);
             if forced != NOT_FORCED {
-                return (moderation::profile(forced), forced == 0);
+                return (profiles::profile(forced), forced == 0);
             }
         }
         let soft = SoftDim::from_bits(this.soft.load(Ordering::Relaxed));
         (soft.profile(), soft.profile_ix() == 0)
     } else {
         let ix = d.profile_ix();
-        (moderation::profile(ix), ix == 0)
+        (profiles::profile(ix), ix == 0)
     }
 }
 

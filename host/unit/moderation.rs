@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-use crate::policy::moderation::*;
+use crate::policy::{moderation::*, profiles::*};
 
 fn pass(completed: u32, exhausted: bool, profile_ix: u8) -> Pass {
     Pass {

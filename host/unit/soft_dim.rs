@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 use super::Rng;
-use crate::policy::{moderation::RDMA_DIM_PROFILES, soft_dim::*};
+use crate::policy::{profiles::RDMA_DIM_PROFILES, soft_dim::*};
 
 /// Feeds one window of runs: `raised` of them started by ibext, finding `found` each; the
 /// others find `other`. Returns the profile index after the window.

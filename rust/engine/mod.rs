@@ -29,7 +29,8 @@ use crate::{
     ledger::{Kind, Token},
     policy::{
         engine::{self, PassStats},
-        moderation::{self, ModState, Moderation, PassEnd},
+        moderation::{ModState, Moderation, PassEnd},
+        profiles,
     },
     seams,
     stats::{stat_enum, Counters, Values},
@@ -217,7 +218,7 @@ impl Handler for EngineState {
 
     fn dim_work(cq: &PooledCq) {
         let e = cq.handler();
-        let (ix, applied) = cq.apply_profile(moderation::comps_usec);
+        let (ix, applied) = cq.apply_profile(profiles::comps_usec);
         // What the device took decides what the poller does: re-arm (the device moderates) or
         // software moderation (no `modify_cq`, or it refused).
         e.hw_moderation

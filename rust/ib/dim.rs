@@ -97,7 +97,7 @@ impl Applied {
 }
 
 /// The moderation of each DIM profile index, `(completions, microseconds)`: the caller's
-/// table (ibext's is `policy::moderation::profile`, lib/dim's `rdma_dim_prof`).
+/// table (ibext's is `policy::profiles::profile`, lib/dim's `rdma_dim_prof`).
 pub(crate) type Profiles = fn(u8) -> (u16, u16);
 
 /// Applies the profile lib/dim chose for `cq` (its work function's job, as upstream's

@@ -10,6 +10,7 @@ pub(crate) mod cq_pool;
 pub(crate) mod engine;
 pub(crate) mod gid_index;
 pub(crate) mod moderation;
+pub(crate) mod profiles;
 pub(crate) mod soft_dim;
 pub(crate) mod srq_growth;
 pub(crate) mod srq_pool;

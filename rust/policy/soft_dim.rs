@@ -34,7 +34,7 @@
 //! The state fits in a `u64` ([`SoftDim::to_bits`]) so that the kernel side keeps it in one
 //! atomic, written only by the CQ's one sampler.
 
-use super::moderation::{Profile, RDMA_DIM_PROFILES};
+use super::profiles::{Profile, RDMA_DIM_PROFILES};
 
 /// The runs in one window.
 pub(crate) const WINDOW: u8 = 64;

@@ -23,7 +23,7 @@ use crate::{
     kunit::{bad_input_ok, kassert, kassert_eq, kunit_suite, Failed, TestResult},
     ledger::{self, Kind},
     legacy_dim,
-    policy::moderation::{Moderation, RDMA_DIM_PROFILES},
+    policy::{moderation::Moderation, profiles::RDMA_DIM_PROFILES},
 };
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use kernel::{c_str, prelude::*};
@@ -228,7 +228,7 @@ fn modify_cq_reaches_the_device() -> TestResult {
         for ix in 1..=8u8 {
             let calls = REC_CALLS.load(Ordering::Acquire);
             engine.test_force_profile(ix);
-            let p = crate::policy::moderation::profile(ix);
+            let p = crate::policy::profiles::profile(ix);
             kassert_eq!(
                 REC_CALLS.load(Ordering::Acquire),
                 calls + 1,
@@ -258,7 +258,7 @@ fn modify_cq_reaches_the_device() -> TestResult {
             let hw = legacy_dim::test_force_profile(unsafe { UlpCq::from_raw(lcq) }, 6);
             kassert_eq!(hw, Some(true));
             kassert!(REC_CQ.load(Ordering::Acquire) == lcq);
-            let p = crate::policy::moderation::profile(6);
+            let p = crate::policy::profiles::profile(6);
             kassert_eq!(
                 (
                     REC_COUNT.load(Ordering::Acquire),

@@ -554,7 +554,7 @@ fn soft_moderation_exactly_once() -> TestResult {
 /// but for the last window's, which are the counts the ULP reports.
 fn software_choice_follows_what_deferrals_find() -> TestResult {
     use crate::policy::{
-        moderation,
+        profiles,
         soft_dim::{MIN_RAISED, ON_PROFILE, WINDOW},
     };
     let _held = HeldDeferrals::new();
@@ -565,7 +565,7 @@ fn software_choice_follows_what_deferrals_find() -> TestResult {
             // SAFETY: `cq` is our live CQ.
             legacy_dim::profile(unsafe { UlpCq::from_raw(cq) }).ok()
         };
-        let top = moderation::profile(ON_PROFILE);
+        let top = profiles::profile(ON_PROFILE);
         let (top, zero) = (Some((top.usec, top.comps)), Some((1, 1)));
         let runs = u64::from(WINDOW);
 
@@ -646,7 +646,7 @@ fn software_choice_follows_what_deferrals_find() -> TestResult {
             unsafe { ibext_dim_sample(cq, 1) };
             kassert_eq!(arm(cq, NEXT_COMP), 0, "run {}", i);
         }
-        let slow = moderation::profile(ON_PROFILE);
+        let slow = profiles::profile(ON_PROFILE);
         kassert_eq!(prof(), Some((2 * slow.usec, slow.comps)));
         // Then ibext's call finds nothing, and the CQ is armed.
         kassert!(expire(cq));
