@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-use crate::policy::{moderation::*, profiles::*};
+use crate::policy::{
+    moderation::*,
+    profiles::*,
+    soft_dim::{MIN_RAISED, ON_PROFILE, WINDOW},
+};
 
 fn pass(completed: u32, exhausted: bool, profile_ix: u8) -> Pass {
     Pass {
@@ -211,7 +215,8 @@ fn adaptive_synthetic_load_sequence() {
             None => assert!(exhausted),
             Some(PassEnd::Poll) => assert!(st.polling),
             Some(PassEnd::Rearm) => assert!(!st.polling),
-            Some(PassEnd::Defer { .. }) => panic!("adaptive never defers"),
+            // In software, only SoftDim's tries defer, after a window of polling passes.
+            Some(PassEnd::Defer { .. }) => panic!("no try in the first {WINDOW} passes"),
         }
     }
     assert!(!st.polling);
@@ -230,4 +235,101 @@ fn modes_from_c_values() {
     assert_eq!(Moderation::from_raw(3), None);
     let names: Vec<_> = Moderation::ALL.iter().map(|m| m.name()).collect();
     assert_eq!(names, ["none", "dim", "adaptive"], "as debugfs shows them");
+}
+
+#[test]
+fn adaptive_polling_in_software_defers_only_while_the_deferrals_batch() {
+    let m = Moderation::Adaptive;
+    let top = profile(ON_PROFILE);
+    let heavy = 256 / ADAPTIVE_POLL_BUDGET_DIV;
+    let mut st = ModState::default();
+    // Interrupt mode re-arms, however long it lasts: depth 1 never waits on a timer.
+    for _ in 0..4 * u32::from(WINDOW) {
+        assert_eq!(
+            end_of_pass(m, &mut st, pass(1, false, 0)),
+            Some(PassEnd::Rearm)
+        );
+    }
+    // Polling mode polls again at once for its first window of passes...
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(heavy, false, 0)),
+        Some(PassEnd::Poll)
+    );
+    for _ in 2..WINDOW {
+        assert_eq!(
+            end_of_pass(m, &mut st, pass(1, false, 0)),
+            Some(PassEnd::Poll)
+        );
+    }
+    // ...then tries the longest profile's period.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(1, false, 0)),
+        Some(PassEnd::Defer { usec: top.usec })
+    );
+    // Deferred passes that find 3 or more keep it, at that period.
+    for _ in 0..2 * u32::from(WINDOW) {
+        assert_eq!(
+            end_of_pass(m, &mut st, pass(4, false, 0)),
+            Some(PassEnd::Defer { usec: top.usec })
+        );
+    }
+    // A batch the device would report at once is polled again at once.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(u32::from(top.comps), false, 0)),
+        Some(PassEnd::Poll)
+    );
+    // An empty pass ends polling mode, as ever.
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(0, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    assert!(!st.polling);
+
+    // Deferrals that find the CQ empty end the try after MIN_RAISED of them: polling mode polls
+    // at once again.
+    let mut st = ModState::default();
+    end_of_pass(m, &mut st, pass(heavy, false, 0));
+    for _ in 2..WINDOW {
+        end_of_pass(m, &mut st, pass(1, false, 0));
+    }
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(1, false, 0)),
+        Some(PassEnd::Defer { usec: top.usec })
+    );
+    assert_eq!(
+        end_of_pass(m, &mut st, pass(0, false, 0)),
+        Some(PassEnd::Rearm)
+    );
+    let mut deferred = 1;
+    let mut last = None;
+    for _ in 0..3 * MIN_RAISED {
+        assert_eq!(
+            end_of_pass(m, &mut st, pass(heavy, false, 0)),
+            Some(PassEnd::Poll)
+        );
+        last = end_of_pass(m, &mut st, pass(1, false, 0));
+        if last == Some(PassEnd::Poll) {
+            break;
+        }
+        assert_eq!(last, Some(PassEnd::Defer { usec: top.usec }));
+        deferred += 1;
+        assert_eq!(
+            end_of_pass(m, &mut st, pass(0, false, 0)),
+            Some(PassEnd::Rearm)
+        );
+    }
+    assert_eq!(last, Some(PassEnd::Poll));
+    assert_eq!(deferred, MIN_RAISED);
+
+    // Where the device moderates, polling mode only polls.
+    let mut st = ModState::default();
+    let hw = |completed| Pass {
+        hw_moderation: true,
+        ..pass(completed, false, 0)
+    };
+    assert_eq!(end_of_pass(m, &mut st, hw(heavy)), Some(PassEnd::Poll));
+    for _ in 0..4 * u32::from(WINDOW) {
+        assert_eq!(end_of_pass(m, &mut st, hw(2)), Some(PassEnd::Poll));
+    }
+    assert_eq!(end_of_pass(m, &mut st, hw(0)), Some(PassEnd::Rearm));
 }

@@ -21,7 +21,9 @@
  *	devices that set use_cq_dim (as for upstream's ib_cq_pool_get());
  *	elsewhere its default is IBEXT_MODERATION_NONE.
  * @IBEXT_MODERATION_ADAPTIVE: NAPI-like: interrupt mode at low load, polling
- *	without re-arming at high load (see Documentation/ibext.rst)
+ *	without re-arming at high load.  Where the device has no modify_cq,
+ *	polling mode waits for the next poll on a timer while the waits find
+ *	completions in batches (see Documentation/ibext.rst)
  *
  * CQs of different modes never share.
  */

@@ -18,7 +18,8 @@
 //! - moderation (`policy::moderation`): with DIM, every pass feeds `rdma_dim()` one sample; a new
 //!   profile goes to the device's `modify_cq` where it has one, and otherwise is applied in
 //!   software by deferring the next pass with the hrtimer instead of re-arming. The adaptive
-//!   mode switches between interrupt mode and polling mode.
+//!   mode switches between interrupt mode and polling mode; in software, its polling mode defers
+//!   the next pass with the same hrtimer while the deferrals find batches.
 
 pub(crate) mod pooled_cq;
 pub(crate) mod queues;

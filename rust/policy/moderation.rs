@@ -6,7 +6,7 @@
 //! only decides how a profile is applied where the device cannot apply it itself (rxe has no
 //! `modify_cq`), and when the adaptive mode switches between interrupt and polling mode.
 
-use super::profiles::profile;
+use super::{profiles::profile, soft_dim::SoftDim};
 
 /// How a pooled CQ is moderated. CQs of different modes never share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +72,9 @@ pub(crate) struct ModState {
     /// The last pass ended in [`PassEnd::Defer`]: the next pass is the deferred poll (the CQ is
     /// not armed meanwhile, so nothing else schedules one).
     pub(crate) deferred: bool,
+    /// Adaptive mode in software: whether its polling mode defers, judged by what the
+    /// deferrals find ([`SoftDim`], as for legacy CQs).
+    pub(crate) soft: SoftDim,
 }
 
 /// What one finished pass looked like.
@@ -105,8 +108,14 @@ pub(crate) struct Pass {
 ///     nothing (it followed a full pass) still waits `usec` once.
 /// - `Adaptive` starts in interrupt mode (re-arm) and enters polling mode when a pass fills
 ///   1/[`ADAPTIVE_POLL_BUDGET_DIV`] of its budget (or all of it) or DIM reaches
-///   [`ADAPTIVE_POLL_PROFILE`]; in polling mode it polls again at once without re-arming, and
-///   falls back to interrupt mode (re-arm) when a pass finds the CQ empty.
+///   [`ADAPTIVE_POLL_PROFILE`]; in polling mode it does not re-arm, and it falls back to
+///   interrupt mode when a pass finds the CQ empty. Polling mode polls again at once where the
+///   device moderates itself. In software it asks [`SoftDim`], fed by the polling passes only:
+///   on a device that makes completions at the CPU's pace (rxe) a pass that polls again at once
+///   finds the CQ empty, so while the deferred passes find completions in batches (1.5 each or
+///   more) the next pass is deferred by SoftDim's period instead, and a pass that found the
+///   profile's `comps` polls again at once. Interrupt mode never waits on a timer: a light load
+///   (depth 1) keeps its latency.
 pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Option<PassEnd> {
     let deferred = core::mem::replace(&mut st.deferred, false);
     let heavy = pass.exhausted
@@ -134,17 +143,33 @@ pub(crate) fn end_of_pass(mode: Moderation, st: &mut ModState, pass: Pass) -> Op
             }
         }
         Moderation::Adaptive => {
+            if st.polling && !pass.hw_moderation {
+                st.soft.sample(pass.completed, deferred);
+            }
             if st.polling && pass.completed == 0 {
                 st.polling = false;
                 st.switches += 1;
             }
-            if st.polling {
+            if !st.polling {
+                PassEnd::Rearm
+            } else if pass.hw_moderation {
                 PassEnd::Poll
             } else {
-                PassEnd::Rearm
+                soft_poll(&st.soft, pass)
             }
         }
     };
     st.deferred = matches!(end, PassEnd::Defer { .. });
     Some(end)
+}
+
+/// Adaptive mode's polling mode in software: polls again at once, or after [`SoftDim`]'s
+/// period while its deferrals find completions in batches.
+fn soft_poll(soft: &SoftDim, pass: Pass) -> PassEnd {
+    let p = soft.profile();
+    if soft.profile_ix() == 0 || pass.completed >= u32::from(p.comps) {
+        PassEnd::Poll
+    } else {
+        PassEnd::Defer { usec: p.usec }
+    }
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Which profile software moderation applies to a legacy CQ on a device without `modify_cq`.
+//! Which profile software moderation applies to a legacy CQ on a device without `modify_cq`, and
+//! whether a pooled CQ's adaptive polling mode polls again at once or after a period
+//! (`policy::moderation::end_of_pass`).
 //!
 //! On such a device ibext applies a profile by leaving the CQ unarmed for the profile's time and
 //! then calling the ULP's handler once (`legacy_dim::arm`, `policy::moderation::end_of_pass`).
