@@ -176,6 +176,25 @@ impl Drop for HeldDeferrals {
     }
 }
 
+/// One loopback round on `cq` that drains it (sampling if `sample`) whenever `events` has
+/// passed `from`: the ULP's run on each event of a CQ armed for real.
+fn round_drained_on_events(
+    lb: &mut Loopback,
+    round: u32,
+    write_imm: bool,
+    cq: *mut bindings::ib_cq,
+    events: &AtomicU32,
+    from: u32,
+    sample: bool,
+) -> core::result::Result<(), &'static str> {
+    lb.round_polled(round, write_imm, 20_000, &mut || {
+        if events.load(Ordering::Acquire) > from {
+            drain(cq, sample);
+        }
+        msleep(1);
+    })
+}
+
 /// `rearm`, an `ibext_dim_arm()` or `ibext_dim_poll_done()` of `cq` without ibext's DIM, warns
 /// once and arms `cq` at once, for real: the next completion raises one event.
 fn unattached_rearm_warns_and_arms(
@@ -189,12 +208,7 @@ fn unattached_rearm_warns_and_arms(
     kassert_eq!(ret, 0);
     let e0 = events.load(Ordering::Acquire);
     let mut lb = Loopback::new(dev.device(), 2, &[(cq, cq)])?;
-    let res = lb.round_polled(0, false, 20_000, &mut || {
-        if events.load(Ordering::Acquire) > e0 {
-            drain(cq, false);
-        }
-        msleep(1);
-    });
+    let res = round_drained_on_events(&mut lb, 0, false, cq, events, e0, false);
     kassert!(res.is_ok(), "{:?}", res);
     kassert_eq!(events.load(Ordering::Acquire), e0 + 1);
     Ok(())
@@ -243,12 +257,7 @@ fn arms_at_once_at_profile_zero() -> TestResult {
         for round in 0..4u32 {
             let e0 = events.load(Ordering::Acquire);
             kassert_eq!(arm(cq, NEXT_COMP), 0);
-            let res = lb.round_polled(round, round % 2 == 1, 20_000, &mut || {
-                if events.load(Ordering::Acquire) > e0 {
-                    drain(cq, true);
-                }
-                msleep(1);
-            });
+            let res = round_drained_on_events(&mut lb, round, round % 2 == 1, cq, events, e0, true);
             kassert!(res.is_ok(), "round {}: {:?}", round, res);
             kassert_eq!(events.load(Ordering::Acquire), e0 + 1, "round {}", round);
         }
@@ -413,12 +422,7 @@ fn deferred_pass_raises_once_without_arming() -> TestResult {
         kassert_eq!(ulp_run(cq), 0);
         kassert_eq!(counters(cq).deferred_arms, 2);
         let e1 = events.load(Ordering::Acquire);
-        let res = lb.round_polled(1, true, 20_000, &mut || {
-            if events.load(Ordering::Acquire) > e1 {
-                drain(cq, true);
-            }
-            msleep(1);
-        });
+        let res = round_drained_on_events(&mut lb, 1, true, cq, events, e1, true);
         kassert!(res.is_ok(), "armed after a quiet pass: {:?}", res);
         kassert_eq!(events.load(Ordering::Acquire), e1 + 1);
         kassert_eq!(counters(cq).raised, 2);
@@ -473,12 +477,7 @@ fn quiet_run_in_the_call_arms() -> TestResult {
         // The run in the call found nothing and armed the CQ: no second deferral.
         kassert_eq!(counters(cq).deferred_arms, 1);
         // Armed for real: the device raises the next completions' event itself.
-        let res = lb.round_polled(0, false, 20_000, &mut || {
-            if events.load(Ordering::Acquire) > 1 {
-                drain(cq, false);
-            }
-            msleep(1);
-        });
+        let res = round_drained_on_events(&mut lb, 0, false, cq, events, 1, false);
         kassert!(res.is_ok(), "armed by the run in the call: {:?}", res);
         kassert_eq!(events.load(Ordering::Acquire), 2);
         kassert_eq!(counters(cq).raised, 1);
