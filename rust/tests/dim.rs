@@ -6,7 +6,7 @@
 //! pollers, forced DIM decisions); what only load would show (profiles rising, fewer events) is
 //! measured by `make bench`, not asserted here.
 //!
-//! About 630 lines: pooled and legacy CQs, the recording `modify_cq` and the adaptive mode share
+//! About 740 lines: pooled and legacy CQs, the recording `modify_cq` and the adaptive mode share
 //! the held-poller fixtures here.
 
 use crate::engine::CqStat;
@@ -140,6 +140,116 @@ fn adaptive_switches_lose_nothing() -> TestResult {
         ROUNDS
     );
     kassert_eq!(rounds_with_switches, ROUNDS);
+    Ok(())
+}
+
+/// The adaptive mode's polling mode on rxe defers its next pass once SoftDim is on, and a
+/// deferred pass that finds the CQ empty ends polling mode (`policy::moderation::soft_poll`).
+///
+/// Every pass is the test's: the CQ is held (`HoldPasses`), so what the engine asks for (the
+/// event, a pass at once, the timer's pass) waits, and the test runs each pass itself once the
+/// completions it should find are in the CQ. So the passes are exactly these, however fast the
+/// guest runs: a first pass that finds the polling threshold (budget / 8) enters polling mode;
+/// polling passes that find one exchange (2 completions) each fill SoftDim's first window,
+/// whose last pass turns it on and is deferred by its period; deferred passes that find an
+/// exchange are deferred again; the deferred pass that finds nothing re-arms. Every completion
+/// is checked once. With polling mode polling again at once in software (the rule before
+/// SoftDim), no pass was deferred.
+fn adaptive_polling_defers_in_software() -> TestResult {
+    use crate::policy::{
+        moderation::ADAPTIVE_POLL_BUDGET_DIV,
+        profiles,
+        soft_dim::{ON_PROFILE, WINDOW},
+    };
+    use crate::tests::fixtures::guest::{msleep, pass_here, wait_for};
+    const DEFERRED: u64 = 3;
+    let threshold = crate::engine::BUDGET_SOFTIRQ / ADAPTIVE_POLL_BUDGET_DIV;
+    let period = u64::from(profiles::profile(ON_PROFILE).usec);
+    // Each exchange's 2 completions are fewer than the profile's count: the pass defers.
+    kassert!(u32::from(profiles::profile(ON_PROFILE).comps) > 2);
+    let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
+    kassert!(!dev.device().has_modify_cq(), "rxe0 has a modify_cq");
+    let cq = PooledCq::new_pooled(
+        dev.device(),
+        2 * threshold,
+        0,
+        PollCtx::Softirq,
+        Moderation::Adaptive,
+        core::ptr::null(),
+    )?;
+    let engine = cq.get().ok_or(Failed)?;
+    let raw = engine.raw();
+    let stat = |s| engine.snapshot().get(s);
+    // Loopback QPs on the one CQ: `fill`'s round leaves `threshold` completions, `one`'s 2.
+    let mut fill = Loopback::new(dev.device(), (threshold / 2) as usize, &[(raw, raw)])?;
+    let mut one = Loopback::new(dev.device(), 1, &[(raw, raw)])?;
+    engine.test_hold();
+    let mut round = 0u32;
+    // A round of `lb` whose completions the test's own pass finds, once all `n` are in the CQ.
+    let mut stepped = |lb: &mut Loopback, n: i32| -> TestResult {
+        let mut ran = false;
+        let res = lb.round_polled(round, false, 20_000, &mut || {
+            // SAFETY: `raw` is live (held by `cq`).
+            if !ran && unsafe { bindings::ibext_test_peek_cq(raw, n) } >= n {
+                pass_here(engine);
+                ran = true;
+            }
+            msleep(1);
+        });
+        kassert!(res.is_ok(), "round {}: {:?}", round, res);
+        kassert!(ran, "round {}", round);
+        round += 1;
+        Ok(())
+    };
+    let passes0 = stat(CqStat::Passes);
+    stepped(&mut fill, threshold as i32)?;
+    kassert_eq!(
+        stat(CqStat::ModeSwitches),
+        1,
+        "the full pass entered polling mode"
+    );
+    for i in 1..WINDOW - 1 {
+        stepped(&mut one, 2)?;
+        kassert_eq!(stat(CqStat::DeferredAskedUs), 0, "polling pass {}", i);
+    }
+    // The window's last sample turns SoftDim on: its pass is deferred.
+    stepped(&mut one, 2)?;
+    kassert_eq!(stat(CqStat::DeferredAskedUs), period);
+    for d in 1..=DEFERRED {
+        kassert!(
+            wait_for(20_000, || stat(CqStat::DeferredPolls) == d),
+            "deferral {}",
+            d
+        );
+        if d < DEFERRED {
+            stepped(&mut one, 2)?;
+            kassert_eq!(stat(CqStat::DeferredAskedUs), (d + 1) * period);
+        } else {
+            pass_here(engine);
+        }
+    }
+    kassert_eq!(
+        stat(CqStat::ModeSwitches),
+        2,
+        "the empty deferred pass left polling mode"
+    );
+    kassert_eq!(stat(CqStat::DeferredAskedUs), DEFERRED * period);
+    kassert!(stat(CqStat::DeferredWaitedUs) >= DEFERRED * period);
+    kassert_eq!(stat(CqStat::Passes) - passes0, u64::from(WINDOW) + DEFERRED);
+    // Let go: the pass the engine asked for while held finds nothing and re-arms; the next
+    // exchange raises an event of the device's.
+    engine.test_release();
+    let events = stat(CqStat::Events);
+    let res = one.round(round, false, 20_000);
+    kassert!(res.is_ok(), "after the release: {:?}", res);
+    kassert!(stat(CqStat::Events) > events);
+    kassert_eq!(stat(CqStat::ModeSwitches), 2);
+    kassert_eq!(
+        fill.completions() + one.completions(),
+        u64::from(threshold) + 2 * (u64::from(WINDOW) - 1 + DEFERRED - 1 + 1)
+    );
+    drop((fill, one));
+    drop(cq);
     Ok(())
 }
 
@@ -622,6 +732,7 @@ kunit_suite!(
         legacy_ulp_traffic,
         legacy_attach_detach_stress,
         adaptive_switches_lose_nothing,
+        adaptive_polling_defers_in_software,
         exactly_once_in_every_mode,
         modify_cq_reaches_the_device,
     ]

@@ -304,8 +304,9 @@ pub(crate) fn pass_held(obj: *const core::ffi::c_void) -> bool {
 
 /// Holding a pooled CQ's passes back, for the tests that need completions to pile up in it.
 pub(crate) trait HoldPasses {
-    /// No poll pass starts from now on (events, missed events at re-arm, polling mode and the
-    /// moderation timer all go through `schedule_pass`), so completions accumulate in the CQ
+    /// No poll pass starts from now on (events, missed events at re-arm, a workqueue pass's
+    /// next one and the moderation timer all go through `schedule_pass`; a softirq pass that
+    /// would stay on irq_poll's list leaves it instead), so completions accumulate in the CQ
     /// until [`HoldPasses::test_release`]. A pass already running finishes.
     fn test_hold(&self);
     /// Lets go, and runs the pass that was wanted while the CQ was held.
