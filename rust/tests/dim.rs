@@ -161,7 +161,7 @@ fn adaptive_polling_defers_in_software() -> TestResult {
         profiles,
         soft_dim::{ON_PROFILE, WINDOW},
     };
-    use crate::tests::fixtures::guest::{msleep, pass_here, wait_for};
+    use crate::tests::fixtures::guest::{msleep, pass_here, softirq_cq, wait_for};
     const DEFERRED: u64 = 3;
     let threshold = crate::engine::BUDGET_SOFTIRQ / ADAPTIVE_POLL_BUDGET_DIV;
     let period = u64::from(profiles::profile(ON_PROFILE).usec);
@@ -169,14 +169,7 @@ fn adaptive_polling_defers_in_software() -> TestResult {
     kassert!(u32::from(profiles::profile(ON_PROFILE).comps) > 2);
     let dev = crate::tests::fixtures::guest::required(c_str!("rxe0"))?;
     kassert!(!dev.device().has_modify_cq(), "rxe0 has a modify_cq");
-    let cq = PooledCq::new_pooled(
-        dev.device(),
-        2 * threshold,
-        0,
-        PollCtx::Softirq,
-        Moderation::Adaptive,
-        core::ptr::null(),
-    )?;
+    let cq = softirq_cq(dev.device(), 2 * threshold, Moderation::Adaptive)?;
     let engine = cq.get().ok_or(Failed)?;
     let raw = engine.raw();
     let stat = |s| engine.snapshot().get(s);

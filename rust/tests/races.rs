@@ -9,9 +9,9 @@
 //! passes run on bound workers, with bottom halves disabled around the scheduling, so that a
 //! held pass spins on another CPU than the test's (`guest::pass_on_worker`).
 
-use crate::tests::fixtures::guest::{pass_on_worker, required, wait_for, PassCpu};
+use crate::tests::fixtures::guest::{pass_on_worker, required, softirq_cq, wait_for, PassCpu};
 use crate::{
-    engine::{wait_for_handlers, CqStat, PollCtx, PooledCq},
+    engine::{wait_for_handlers, CqStat},
     kunit::{kassert, kassert_eq, kunit_suite, Failed, TestResult},
     policy::moderation::Moderation,
     tests::hooks::{Parking, Point},
@@ -32,14 +32,7 @@ use kernel::{c_str, prelude::*, sync::Arc, workqueue};
 /// use-after-free on the debug kernel).
 fn teardown_waits_for_a_pass_tail() -> TestResult {
     let dev = required(c_str!("rxe0"))?;
-    let cq = PooledCq::new_pooled(
-        dev.device(),
-        64,
-        0,
-        PollCtx::Softirq,
-        Moderation::None,
-        core::ptr::null(),
-    )?;
+    let cq = softirq_cq(dev.device(), 64, Moderation::None)?;
     let engine = cq.get().ok_or(Failed)?;
     let raw: *const c_void = engine.raw().cast();
     cq.mark_dying();
@@ -77,14 +70,7 @@ fn teardown_waits_for_a_pass_tail() -> TestResult {
 /// end.
 fn second_pass_beside_a_pass_tail() -> TestResult {
     let dev = required(c_str!("rxe0"))?;
-    let cq = PooledCq::new_pooled(
-        dev.device(),
-        64,
-        0,
-        PollCtx::Softirq,
-        Moderation::None,
-        core::ptr::null(),
-    )?;
+    let cq = softirq_cq(dev.device(), 64, Moderation::None)?;
     let engine = cq.get().ok_or(Failed)?;
     let passes = || engine.snapshot().get(CqStat::Passes);
     let parking = Parking::arm(Point::PassTail, engine.raw().cast());

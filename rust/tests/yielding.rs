@@ -14,7 +14,7 @@
 //! first forces the mechanism.
 
 use crate::tests::fixtures::{
-    guest::{distinct_cqs, required, wait_for},
+    guest::{distinct_cqs, required, softirq_cq, wait_for},
     stream::{now_ns, Stream},
 };
 use crate::{
@@ -82,14 +82,7 @@ fn softirq_repoll_ends_the_run() -> TestResult {
     const DEPTH: usize = 16;
     const REPOLLS: u64 = 32;
     let dev = required(c_str!("rxe0"))?;
-    let cq = PooledCq::new_pooled(
-        dev.device(),
-        (3 * DEPTH) as u32,
-        0,
-        PollCtx::Softirq,
-        Moderation::Adaptive,
-        core::ptr::null(),
-    )?;
+    let cq = softirq_cq(dev.device(), (3 * DEPTH) as u32, Moderation::Adaptive)?;
     let engine = cq.get().ok_or(Failed)?;
     let raw = engine.raw();
     let watch = RepollWatch::arm(raw.cast());
