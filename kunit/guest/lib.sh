@@ -53,12 +53,20 @@ wait_for() {
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
 
+# The kernel stacks of <pid> and of every task in uninterruptible sleep:
+# where a watchdog found them.
+stacks() {
+	for t in $1 $(awk '$3 == "D" { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
+		echo "stack of $t ($(cat /proc/$t/comm)):" && cat /proc/$t/stack
+	done 2>/dev/null
+}
+
 # rdma link delete under a watchdog: it must finish, however long ibext's
 # users take to let go (bounded at 120 s).
 link_delete_watched() {
 	rdma link delete "$1" &
 	pid=$!
-	wait_for 120 "rdma link delete $1 finished" gone $pid || { cat $D/objects; return 1; }
+	wait_for 120 "rdma link delete $1 finished" gone $pid || { cat $D/objects; stacks $pid; return 1; }
 	wait $pid
 }
 
