@@ -155,12 +155,9 @@ def vng_command(args, flavour, kdir, bdir):
         # rcu_is_watching; upstream: "kasan: Fix false-positive wild-memory-access on x86 under
         # 5-level paging", lkml.iu.edu/2606.1/07330.html). 4-level paging avoids it.
         append.append("no5lvl")
-    suite = args.suite
-    if args.mode == "bench" and not suite.startswith(("ibext_nvme_", "ibext_srp_", "ibext_rds_")):
+    suite, docs = args.suite, documents(args)[0]
+    if "kunit" in docs and (suite or args.mode == "bench"):
         append.append(f"kunit.filter_glob={suite or 'ibext_bench'}")
-    elif suite and suite not in ("ibext_guest", "ibext_nvme", "ibext_srp", "ibext_rds") and \
-            args.mode == "check":
-        append.append(f"kunit.filter_glob={suite}")
     if args.mode == "check" and not declared_suites().get(suite.split(".")[0]):
         append.append("kunit.filter=speed>slow")  # benchmarks carry KUnit's speed=slow
     qemu = []
@@ -172,8 +169,8 @@ def vng_command(args, flavour, kdir, bdir):
     if args.gdb:
         qemu += ["-s"]  # QEMU's gdbstub on :1234 (scripts/insn-profile.py)
         append.append("nokaslr")
-    guest = [os.path.join(TOP, "kunit", "guest", "main.sh"), args.mode, flavour, bdir, kdir,
-             str(smp), suite]
+    guest = [os.path.join(TOP, "kunit", "guest", "main.sh"), flavour, bdir, kdir, str(smp),
+             ",".join(docs), suite]
     cmd = ["vng", "--run", kdir, "--disable-kvm", "--force-9p", "--verbose", "--cpus", str(smp),
            "--memory", "2G", "--append", " ".join(append), "--exec", " ".join(guest)]
     return cmd + ([f"--qemu-opts={' '.join(qemu)}"] if qemu else [])

@@ -2,17 +2,19 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The command kunit/run.py gives virtme-ng: sets up two soft-RoCE devices,
-# rxe0 on veth0 and rxe1 on veth2, then runs the scripts of <mode>.
-# Usage: main.sh <check|run|bench> <flavour> <build dir> <kernel dir> <smp> [suite]
+# rxe0 on veth0 and rxe1 on veth2, then runs the KTAP documents run.py asks
+# for, in order: "kunit" (the KUnit flavour of ibext), "finish" (below), or
+# a script of this directory (nvme_bench is nvme-bench.sh).
+# Usage: main.sh <flavour> <build dir> <kernel dir> <smp> <doc,doc,...> [suite]
 #
 # Everything goes to the kernel log, in order with the kernel's messages:
 #   ibext-guest: begin|end ktap <name>   the KTAP of a script or KUnit module
 #   ibext-guest: done                    the guest finished normally
 #   ibext-bench: {json}                  one benchmark point (kunit/bench.py)
-MODE=$1 FLAVOUR=$2 BDIR=$3 KDIR=$4 SMP=$5 SUITE=${6:-}
+FLAVOUR=$1 BDIR=$2 KDIR=$3 SMP=$4 DOCS=$5 SUITE=${6:-}
 KSRC=$(readlink -f "$KDIR/source")
 G=$(cd "$(dirname "$0")" && pwd)
-export FLAVOUR BDIR SMP KSRC KDIR
+export FLAVOUR BDIR SMP KSRC KDIR SUITE
 # The host's filesystem is read-only in the guest; /tmp is the guest's own
 # (fio writes its verify state to the current directory).
 cd /tmp || exit 1
@@ -44,7 +46,7 @@ setup() {
 	# The RDMA core and its ULP-facing modules first, as a real system loads
 	# them; rxe asks the crypto API for "crc32" at link time.
 	modprobe -a ib_core rdma_cm ib_uverbs crc32_generic rdma_rxe || return 1
-	populate_gids && $RXE_ADD0 && $RXE_ADD1
+	populate_gids && $RXE_ADD0 && $RXE_ADD1 && failslab_setup
 }
 
 # ktap <name> <command...>: one KTAP document, between markers.
@@ -95,8 +97,6 @@ finish() {
 	fi
 }
 
-wanted() { [ -z "$SUITE" ] || [ "$SUITE" = "$1" ]; }
-
 if ! setup > /tmp/setup.log 2>&1; then
 	log "begin ktap setup"
 	{ echo "TAP version 13"; echo 1..1; sed 's/^/# /' /tmp/setup.log
@@ -106,30 +106,11 @@ if ! setup > /tmp/setup.log 2>&1; then
 	exit 1
 fi
 log "setup done"
-case $MODE in
-run)
-	ktap demo bash "$G/demo.sh"
-	;;
-bench)
-	case $SUITE in ibext_nvme_* | ibext_srp_bench | ibext_rds_bench) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
-	case $SUITE in
-	"" | ibext_nvme_bench) ktap nvme_bench bash "$G/nvme-bench.sh" all ;;
-	ibext_nvme_mem) ktap nvme_bench bash "$G/nvme-bench.sh" mem ;;
+for doc in ${DOCS//,/ }; do
+	case $doc in
+	kunit) kunit "$BDIR/kunit/ibext.ko" ;;
+	finish) ktap finish finish ;;
+	*) ktap $doc bash "$G/${doc//_/-}.sh" ;;
 	esac
-	case $SUITE in "" | ibext_srp_bench) ktap srp_bench bash "$G/srp-bench.sh" ;; esac
-	case $SUITE in "" | ibext_rds_bench) ktap rds_bench bash "$G/rds-bench.sh" ;; esac
-	;;
-check)
-	if wanted ibext_guest; then
-		ktap modules bash "$G/modules.sh"
-		ktap rdma_cm bash "$G/rdma-cm.sh"
-	fi
-	failslab_setup
-	case $SUITE in ibext_guest | ibext_nvme | ibext_srp | ibext_rds) ;; *) kunit "$BDIR/kunit/ibext.ko" ;; esac
-	! wanted ibext_nvme || ktap nvme bash "$G/nvme.sh"
-	! wanted ibext_srp || ktap srp bash "$G/srp.sh"
-	! wanted ibext_rds || ktap rds bash "$G/rds.sh"
-	ktap finish finish
-	;;
-esac
+done
 log "done"

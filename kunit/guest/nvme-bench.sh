@@ -3,7 +3,7 @@
 #
 # make bench: NVMe over RDMA through upstream's nvme-rdma and nvmet-rdma
 # against the ports of ulp/, side by side in this boot (kunit/bench.py reads
-# the "ibext-bench:" lines). Usage: nvme-bench.sh <all|mem>
+# the "ibext-bench:" lines). SUITE=ibext_nvme_mem: the target memory only.
 #
 # Each of REPS repetitions loads one pair, connects ($SMP I/O queues), runs
 # every fio point, disconnects and unloads, then does the same with the other
@@ -112,7 +112,7 @@ bench_all() {
 ktap_print_header
 ktap_set_plan 1
 modprobe ibext && nvme_target_config || ktap_exit_fail_msg "NVMe target setup failed"
-if [ "$1" = mem ]; then
+if [ "$SUITE" = ibext_nvme_mem ]; then
 	step "NVMe over RDMA target receive memory" bench_mem
 else
 	step "NVMe over RDMA benchmark: upstream's modules and the ports" bench_all
