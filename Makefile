@@ -133,7 +133,7 @@ bench: flavours
 # The public blktests suite over rxe (BLKTESTS=<checkout>, else the pinned
 # snapshot in ../shared/vendor/), against upstream's modules and the ports,
 # test by test. Not part of make check.
-BLKTESTS_GROUPS ?= nvme
+BLKTESTS_GROUPS ?= nvme srp
 blktests: FLAVOURS := test
 blktests: flavours
 	$(TOP)/scripts/blktests.sh $(call kdir,test) $(BUILD)/test $(BUILD) $(BLKTESTS_GROUPS)
