@@ -42,11 +42,15 @@ setup() {
 	ip link set lo up
 	ip link add veth0 type veth peer name veth1 && ip link add veth2 type veth peer name veth3 &&
 		for i in 0 1 2 3; do ip link set veth$i up || return 1; done
+	# The addresses go on while the modules load (on the debug kernel each
+	# takes tens of seconds); rxe0 finds them when it is added.
+	populate_gids &
+	gids=$!
 	modules_tree || return 1
 	# The RDMA core and its ULP-facing modules first, as a real system loads
 	# them; rxe asks the crypto API for "crc32" at link time.
 	modprobe -a ib_core rdma_cm ib_uverbs crc32_generic rdma_rxe || return 1
-	populate_gids && $RXE_ADD0 && $RXE_ADD1 && failslab_setup
+	wait $gids && $RXE_ADD0 && $RXE_ADD1 && failslab_setup
 }
 
 # ktap <name> <command...>: one KTAP document, between markers.
