@@ -46,7 +46,7 @@ use crate::{
         cq_pool::{self as policy, AgingSlot, Slot},
         moderation::Moderation,
     },
-    seams,
+    seams, tunables,
 };
 use core::{
     ffi::c_void,
@@ -278,6 +278,7 @@ impl CqPool {
     /// the pool under `inner`, so that no get can pick them, then destroys them. Returns the
     /// number destroyed and the milliseconds until the next pass is due.
     fn age(&self, now_ms: u64) -> (usize, Option<u64>) {
+        let age_ms = tunables::age_ms();
         // Serializes with growth and retirement: the slots neither come nor go meanwhile, and a
         // dead pool stays dead.
         let _grow = self.grow.lock();
@@ -293,13 +294,13 @@ impl CqPool {
             KVec::<OwnedPooledCq>::with_capacity(total, GFP_KERNEL),
         ) else {
             // No memory for the bookkeeping: try again after another period.
-            return (0, Some(policy::AGE_MS));
+            return (0, Some(age_ms));
         };
         let (next, empty) = {
             let mut inner = self.inner.lock();
             // Within the capacity reserved above (`total` slots, unchanged under `grow`): no
             // allocation, so no failure, under the lock.
-            let next = policy::age_pass(inner.slots(), now_ms, |pos| {
+            let next = policy::age_pass(inner.slots(), now_ms, age_ms, |pos| {
                 let _ = at.push(pos, GFP_ATOMIC);
             });
             for &pos in at.iter() {
@@ -416,7 +417,7 @@ const NR_POOLS: usize = PollCtx::ALL.len() * Moderation::ALL.len();
 ///
 /// # Aging
 ///
-/// A put that leaves a CQ idle queues `aging` ([`policy::AGE_MS`] later, unless it is pending
+/// A put that leaves a CQ idle queues `aging` (`ibext.age_ms` later, unless it is pending
 /// already); each run destroys the CQs idle for that long beyond each vector's floor and queues
 /// itself again for the next CQ due, if any. Puts queue it under the pool's lock while the pool
 /// is live; retirement (`retire_begin`) disables it once every pool is dead, and it never
@@ -527,7 +528,7 @@ impl CqPools {
             if seams::aging_off() {
                 return;
             }
-            self.aging.queue(policy::AGE_MS as u32);
+            self.aging.queue(tunables::age_ms() as u32);
         };
         for pool in self.pools.iter() {
             match pool.put(cq, nr_cqe, queue_aging) {

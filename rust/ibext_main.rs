@@ -27,6 +27,7 @@ mod recv_srq;
 mod seams;
 mod srq_pool;
 mod stats;
+mod tunables;
 
 #[cfg(ibext_kunit)]
 mod tests;

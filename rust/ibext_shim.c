@@ -6,6 +6,7 @@
  *  - static inline helpers of ib_core, wrapped so that bindgen sees symbols;
  *  - WARN(), which has no Rust binding on 6.12;
  *  - file_operations built by DEFINE_SHOW_ATTRIBUTE;
+ *  - module parameters, which the module! macro of 6.12 cannot declare;
  *  - EXPORT_SYMBOL_GPL of the C API, whose bodies are #[no_mangle] Rust
  *    functions in the same module.
  */
@@ -33,6 +34,40 @@ struct dentry *ibext_shim_debugfs_create_show(const char *name,
 					      struct ibext_show *show)
 {
 	return debugfs_create_file(name, 0444, parent, show, &ibext_show_fops);
+}
+
+/*
+ * ibext.age_ms: how long a pooled CQ stays idle, and an SRQ stays grown
+ * without a limit event, before ibext gives it (or a step of it) back.  Read
+ * at each aging decision; a pass already scheduled keeps its time.  1 s to
+ * 1 h, else -EINVAL and the value is unchanged.
+ */
+static unsigned int ibext_age_ms = IBEXT_AGE_MS_DEFAULT;
+
+static int ibext_age_ms_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int ms;
+	int ret = kstrtouint(val, 0, &ms);
+
+	if (ret)
+		return ret;
+	if (ms < 1000 || ms > 3600 * 1000)
+		return -EINVAL;
+	WRITE_ONCE(ibext_age_ms, ms);
+	return 0;
+}
+
+static const struct kernel_param_ops ibext_age_ms_ops = {
+	.set = ibext_age_ms_set,
+	.get = param_get_uint,
+};
+module_param_cb(age_ms, &ibext_age_ms_ops, &ibext_age_ms, 0644);
+MODULE_PARM_DESC(age_ms,
+	"milliseconds a pooled CQ stays idle, or a grown SRQ quiet, before it is given back (1000 to 3600000, default 60000)");
+
+unsigned int ibext_shim_age_ms(void)
+{
+	return READ_ONCE(ibext_age_ms);
 }
 
 void *ibext_shim_get_client_data(struct ib_device *dev,

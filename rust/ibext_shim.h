@@ -31,6 +31,11 @@ struct dentry *ibext_shim_debugfs_create_show(const char *name,
 void *ibext_shim_get_client_data(struct ib_device *dev,
 				 struct ib_client *client);
 unsigned int ibext_shim_num_online_cpus(void);
+
+/* The aging period, ibext.age_ms (rust/ibext_shim.c). */
+#define IBEXT_AGE_MS_DEFAULT 60000
+unsigned int ibext_shim_age_ms(void);
+
 void ibext_shim_warn(const char *file, int line, const char *msg);
 
 /* ib_verbs.h static inlines */

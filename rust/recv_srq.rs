@@ -78,6 +78,7 @@ use crate::{
     },
     seams::{self, fault_point},
     stats::{stat_enum, Values},
+    tunables,
 };
 
 use crate::ib::verbs::{Pd, Srq, Wc};
@@ -265,6 +266,8 @@ struct RecvSrqState<H: SrqHandler> {
     /// The receives an owner that posts its own says it keeps posted
     /// ([`RecvSrq::set_owner_posted`]); 0 with managed buffers.
     declared: AtomicU32,
+    /// The most `declared` has been (debugfs: growth shows after the owner gave it back).
+    declared_peak: AtomicU32,
     /// `SrqAttr::max_wr`.
     max_wr: u32,
     /// `SrqAttr::buf_size`.
@@ -322,6 +325,7 @@ impl<H: SrqHandler> RecvSrq<H> {
                 limit: AtomicU32::new(attr.limit),
                 limit_hit: AtomicBool::new(false),
                 declared: AtomicU32::new(attr.owner_posted),
+                declared_peak: AtomicU32::new(attr.owner_posted),
                 max_wr: attr.max_wr,
                 buf_size: attr.buf_size,
                 steps: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_STEPS as usize],
@@ -456,6 +460,7 @@ impl<H: SrqHandler> RecvSrq<H> {
             return Err(EINVAL);
         }
         self.0.declared.store(posted, Ordering::Release);
+        self.0.declared_peak.fetch_max(posted, Ordering::Relaxed);
         if !self.in_own_pressure() {
             self.0.kick();
         }
@@ -465,6 +470,11 @@ impl<H: SrqHandler> RecvSrq<H> {
     /// Returns the receives the owner says it keeps posted (0 with managed buffers).
     pub(crate) fn owner_posted(&self) -> u32 {
         self.0.declared.load(Ordering::Acquire)
+    }
+
+    /// Returns the most the owner has said it keeps posted (0 with managed buffers).
+    pub(crate) fn owner_posted_peak(&self) -> u32 {
+        self.0.declared_peak.load(Ordering::Relaxed)
     }
 
     /// Returns the buffers the handler kept and has not given back.
@@ -760,7 +770,8 @@ impl<H: SrqHandler> RecvSrqState<H> {
         self.free_steps(false);
         let now = now_ms();
         let hit = self.limit_hit.swap(false, Ordering::AcqRel);
-        let ran = growth.run(&mut StepsOf(self), hit, now, seams::aging_now(now));
+        let aging_now = seams::aging_now(now);
+        let ran = growth.run(&mut StepsOf(self), hit, now, aging_now, tunables::age_ms());
         let count = |yes: bool, s: SrqStat| {
             if yes {
                 self.stats.inc(s as usize);

@@ -512,13 +512,14 @@ impl Show for Core {
         for (i, s) in self.srqs.iter().enumerate() {
             write!(
                 m,
-                "srq {} refs {} bufs {} posted {} limit {} owner_posted {} ",
+                "srq {} refs {} bufs {} posted {} limit {} owner_posted {} owner_posted_peak {} ",
                 i,
                 refs.counts.get(i).copied().unwrap_or(0),
                 s.target(),
                 s.posted(),
                 s.armed_limit(),
                 s.owner_posted(),
+                s.owner_posted_peak(),
             )?;
             s.stats().write(m)?;
             writeln!(m)?;

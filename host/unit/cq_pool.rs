@@ -266,7 +266,7 @@ fn cq(vector: u32, used: u32, idle_since: u64) -> FakeCq {
 
 fn aged(cqs: &[FakeCq], now: u64) -> (Vec<usize>, Option<u64>) {
     let mut out = Vec::new();
-    let next = age_pass(cqs.iter(), now, |i| out.push(i));
+    let next = age_pass(cqs.iter(), now, AGE_MS, |i| out.push(i));
     (out, next)
 }
 
@@ -284,6 +284,17 @@ fn aging_keeps_the_oldest_cq_of_each_vector() {
     assert_eq!(aged(&cqs, t), (vec![2, 3, 4], None));
     // Not yet a period: nothing goes, the next pass is due when the first would.
     assert_eq!(aged(&cqs, t - 10), (vec![], Some(10)));
+}
+
+/// The period is the caller's (`ibext.age_ms`).
+#[test]
+fn aging_uses_the_period_given() {
+    let cqs = [cq(0, 0, 0), cq(0, 0, 0)];
+    let mut out = Vec::new();
+    assert_eq!(age_pass(cqs.iter(), 1_999, 2_000, |i| out.push(i)), Some(1));
+    assert!(out.is_empty());
+    assert_eq!(age_pass(cqs.iter(), 2_000, 2_000, |i| out.push(i)), None);
+    assert_eq!(out, vec![1]);
 }
 
 #[test]

@@ -114,7 +114,7 @@ fn managed(srq_size: u32) -> (Growth, FakeSrq) {
 #[test]
 fn a_limit_event_adds_a_step_and_rearms_at_a_quarter() {
     let (mut g, mut s) = managed(256);
-    let ran = g.run(&mut s, true, 10, Some(10));
+    let ran = g.run(&mut s, true, 10, Some(10), AGE_MS);
     assert!(ran.grown && !ran.grow_failed && !ran.arm_failed && !ran.shrunk);
     assert_eq!(s.steps, vec![(256, false)]);
     assert_eq!(s.told, vec![(Pressure::Grown, 512)]);
@@ -128,7 +128,7 @@ fn growth_stops_at_the_cap_and_the_limit_is_still_rearmed() {
     let (mut g, mut s) = managed(256);
     let (_, max) = planned(256);
     for t in 1..=10 {
-        g.run(&mut s, true, t, Some(t));
+        g.run(&mut s, true, t, Some(t), AGE_MS);
     }
     assert_eq!(s.held(), max);
     assert_eq!(s.steps.len(), 3);
@@ -145,23 +145,23 @@ fn growth_stops_at_the_cap_and_the_limit_is_still_rearmed() {
 fn a_quiet_period_retires_one_step_at_a_time() {
     let (mut g, mut s) = managed(256);
     for t in 0..3 {
-        g.run(&mut s, true, t, Some(t));
+        g.run(&mut s, true, t, Some(t), AGE_MS);
     }
     assert_eq!(s.target(), 1024);
     // Not yet a period.
-    let ran = g.run(&mut s, false, 2 + AGE_MS - 1, Some(2 + AGE_MS - 1));
+    let ran = g.run(&mut s, false, 2 + AGE_MS - 1, Some(2 + AGE_MS - 1), AGE_MS);
     assert!(!ran.shrunk);
     assert_eq!(ran.again_in_ms, Some(1));
     // A period: one step, and the next period starts now.
     let t = 2 + AGE_MS;
-    let ran = g.run(&mut s, false, t, Some(t));
+    let ran = g.run(&mut s, false, t, Some(t), AGE_MS);
     assert!(ran.shrunk);
     assert_eq!(s.target(), 768);
     assert_eq!(*s.told.last().unwrap(), (Pressure::Shrunk, 768));
     assert_eq!(*s.armed.last().unwrap(), 192);
     assert_eq!(ran.again_in_ms, Some(AGE_MS));
     // Run again at once: nothing more goes.
-    let ran = g.run(&mut s, false, t, Some(t));
+    let ran = g.run(&mut s, false, t, Some(t), AGE_MS);
     assert!(!ran.shrunk);
     assert_eq!(s.target(), 768);
 }
@@ -169,9 +169,9 @@ fn a_quiet_period_retires_one_step_at_a_time() {
 #[test]
 fn held_aging_retires_nothing() {
     let (mut g, mut s) = managed(256);
-    g.run(&mut s, true, 0, Some(0));
+    g.run(&mut s, true, 0, Some(0), AGE_MS);
     for k in 1..5 {
-        let ran = g.run(&mut s, false, k * AGE_MS, None);
+        let ran = g.run(&mut s, false, k * AGE_MS, None, AGE_MS);
         assert!(!ran.shrunk);
         // Still grown: the work keeps looking.
         assert_eq!(ran.again_in_ms, Some(1));
@@ -191,13 +191,13 @@ fn owner_posted(max_wr: u32, posted: u32) -> (Growth, FakeSrq) {
 #[test]
 fn an_owner_posted_srq_is_told_and_rearmed_where_it_was() {
     let (mut g, mut s) = owner_posted(1024, 256);
-    let ran = g.run(&mut s, true, 5, Some(5));
+    let ran = g.run(&mut s, true, 5, Some(5), AGE_MS);
     assert!(!ran.grown && !ran.grow_failed);
     assert_eq!(s.told, vec![(Pressure::Low, 1024)]);
     assert_eq!(s.armed, vec![64]);
     assert_eq!(ran.again_in_ms, None);
     // Quiet periods change nothing for an owner that posts what it posted at creation.
-    let ran = g.run(&mut s, false, 5 + 3 * AGE_MS, Some(5 + 3 * AGE_MS));
+    let ran = g.run(&mut s, false, 5 + 3 * AGE_MS, Some(5 + 3 * AGE_MS), AGE_MS);
     assert_eq!(ran, Ran::default());
     assert_eq!(s.told.len(), 1);
 }
@@ -205,7 +205,7 @@ fn an_owner_posted_srq_is_told_and_rearmed_where_it_was() {
 #[test]
 fn an_owner_posted_srq_without_a_limit_arms_none() {
     let (mut g, mut s) = owner_posted(2, 2);
-    let ran = g.run(&mut s, true, 1, Some(1));
+    let ran = g.run(&mut s, true, 1, Some(1), AGE_MS);
     assert!(!ran.arm_failed);
     assert!(s.armed.is_empty());
 }
@@ -216,19 +216,19 @@ fn an_owner_posted_srq_without_a_limit_arms_none() {
 #[test]
 fn the_limit_follows_what_the_owner_says_it_posts() {
     let (mut g, mut s) = owner_posted(1024, 64);
-    g.run(&mut s, true, 10, Some(10));
+    g.run(&mut s, true, 10, Some(10), AGE_MS);
     assert_eq!(s.armed, vec![16]);
     s.declared = 128;
     // Said outside the callback: the run it kicks re-arms; one more changes nothing.
-    let ran = g.run(&mut s, false, 20, Some(20));
+    let ran = g.run(&mut s, false, 20, Some(20), AGE_MS);
     assert_eq!(s.armed, vec![16, 32]);
     assert!(!ran.shrunk && !ran.arm_failed);
     assert_eq!(ran.again_in_ms, Some(AGE_MS - 10));
-    g.run(&mut s, false, 30, Some(30));
+    g.run(&mut s, false, 30, Some(30), AGE_MS);
     assert_eq!(s.armed, vec![16, 32]);
     // The next event re-arms at what is said now.
     s.declared = 192;
-    g.run(&mut s, true, 40, Some(40));
+    g.run(&mut s, true, 40, Some(40), AGE_MS);
     assert_eq!(s.armed, vec![16, 32, 48]);
     assert_eq!(s.told, vec![(Pressure::Low, 1024), (Pressure::Low, 1024)]);
 }
@@ -239,43 +239,60 @@ fn the_limit_follows_what_the_owner_says_it_posts() {
 fn a_grown_owner_hears_quiet_once_per_period() {
     let (mut g, mut s) = owner_posted(1024, 64);
     s.declared = 192;
-    g.run(&mut s, true, 0, Some(0));
+    g.run(&mut s, true, 0, Some(0), AGE_MS);
     assert_eq!(s.armed, vec![48]);
     // Not yet quiet for a whole period.
-    let ran = g.run(&mut s, false, AGE_MS - 1, Some(AGE_MS - 1));
+    let ran = g.run(&mut s, false, AGE_MS - 1, Some(AGE_MS - 1), AGE_MS);
     assert!(!ran.shrunk);
     assert_eq!(ran.again_in_ms, Some(1));
-    let ran = g.run(&mut s, false, AGE_MS, Some(AGE_MS));
+    let ran = g.run(&mut s, false, AGE_MS, Some(AGE_MS), AGE_MS);
     assert!(ran.shrunk);
     assert_eq!(s.told.last(), Some(&(Pressure::Quiet, 192)));
     // The owner gives a step back inside the callback: the same run re-arms.
     s.declared = 128;
-    g.run(&mut s, false, AGE_MS, Some(AGE_MS));
+    g.run(&mut s, false, AGE_MS, Some(AGE_MS), AGE_MS);
     assert_eq!(s.armed, vec![48, 32]);
     // The next notice needs another whole period.
-    let ran = g.run(&mut s, false, 2 * AGE_MS - 1, Some(2 * AGE_MS - 1));
+    let ran = g.run(&mut s, false, 2 * AGE_MS - 1, Some(2 * AGE_MS - 1), AGE_MS);
     assert!(!ran.shrunk);
-    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS));
+    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS), AGE_MS);
     assert!(ran.shrunk);
     s.declared = 64;
-    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS));
+    let ran = g.run(&mut s, false, 2 * AGE_MS, Some(2 * AGE_MS), AGE_MS);
     assert_eq!(s.armed, vec![48, 32, 16]);
     assert_eq!(ran.again_in_ms, None);
-    let ran = g.run(&mut s, false, 9 * AGE_MS, Some(9 * AGE_MS));
+    let ran = g.run(&mut s, false, 9 * AGE_MS, Some(9 * AGE_MS), AGE_MS);
     assert_eq!(ran, Ran::default());
     let quiets = s.told.iter().filter(|(w, _)| *w == Pressure::Quiet).count();
     assert_eq!(quiets, 2);
     // Held aging tells nothing.
     s.declared = 128;
-    let ran = g.run(&mut s, false, 20 * AGE_MS, None);
+    let ran = g.run(&mut s, false, 20 * AGE_MS, None, AGE_MS);
     assert!(!ran.shrunk);
+}
+
+/// The period is the caller's (`ibext.age_ms`): with 2 s, the quiet notice comes after 2 s, not
+/// before, and the next look is due within 2 s.
+#[test]
+fn the_quiet_period_is_the_one_given() {
+    const AGE: u64 = 2_000;
+    let (mut g, mut s) = owner_posted(1024, 64);
+    s.declared = 128;
+    let ran = g.run(&mut s, true, 0, Some(0), AGE);
+    assert_eq!(ran.again_in_ms, Some(AGE));
+    let ran = g.run(&mut s, false, AGE - 1, Some(AGE - 1), AGE);
+    assert!(!ran.shrunk);
+    assert_eq!(ran.again_in_ms, Some(1));
+    let ran = g.run(&mut s, false, AGE, Some(AGE), AGE);
+    assert!(ran.shrunk);
+    assert_eq!(s.told.last(), Some(&(Pressure::Quiet, 128)));
 }
 
 #[test]
 fn a_failed_step_is_reported_and_the_limit_rearmed() {
     let (mut g, mut s) = managed(256);
     s.fail_add = true;
-    let ran = g.run(&mut s, true, 1, Some(1));
+    let ran = g.run(&mut s, true, 1, Some(1), AGE_MS);
     assert!(ran.grow_failed && !ran.grown);
     assert!(s.told.is_empty());
     assert_eq!(s.armed, vec![64]);
@@ -286,10 +303,10 @@ fn a_failed_step_is_reported_and_the_limit_rearmed() {
 fn a_refused_arm_keeps_the_old_limit() {
     let (mut g, mut s) = owner_posted(1024, 256);
     s.fail_arm = true;
-    let ran = g.run(&mut s, true, 1, Some(1));
+    let ran = g.run(&mut s, true, 1, Some(1), AGE_MS);
     assert!(ran.arm_failed);
     s.fail_arm = false;
-    g.run(&mut s, true, 2, Some(2));
+    g.run(&mut s, true, 2, Some(2), AGE_MS);
     assert_eq!(s.armed, vec![64]);
 }
 
@@ -313,7 +330,7 @@ fn random_bursts_in_virtual_time() {
             while let Some(at) = next_run.filter(|&at| at < ev) {
                 let before = s.target();
                 s.free_retired();
-                let ran = g.run(&mut s, false, at, Some(at));
+                let ran = g.run(&mut s, false, at, Some(at), AGE_MS);
                 if ran.shrunk {
                     assert!(at - last_change >= AGE_MS);
                     assert!(s.target() < before);
@@ -323,7 +340,7 @@ fn random_bursts_in_virtual_time() {
             }
             t = ev;
             s.free_retired();
-            let ran = g.run(&mut s, true, t, Some(t));
+            let ran = g.run(&mut s, true, t, Some(t), AGE_MS);
             last_change = t;
             assert!(s.held() <= max);
             assert!(s.steps.len() <= MAX_STEPS as usize);
@@ -333,7 +350,7 @@ fn random_bursts_in_virtual_time() {
         let steps = s.steps.len() as u64;
         while let Some(at) = next_run {
             s.free_retired();
-            let ran = g.run(&mut s, false, at, Some(at));
+            let ran = g.run(&mut s, false, at, Some(at), AGE_MS);
             next_run = ran.again_in_ms.map(|ms| at + ms);
             assert!(at <= t + (steps + 1) * AGE_MS);
         }

@@ -63,7 +63,8 @@ struct ibext_cq_attr {
  * room for @nr_cqe, the one with the fewest entries in use is taken.  When
  * none has room, the pool grows by one CQ per usable vector, each of
  * min(max_cqe, max(@nr_cqe, 4096)) entries.  A CQ whose entries have all
- * been put back for 60 s is destroyed, except the oldest CQ of each vector
+ * been put back for the module parameter ibext.age_ms (60 s by default) is
+ * destroyed, except the oldest CQ of each vector
  * of each pool (poll context and moderation), so that the pool shrinks back
  * to one CQ per vector it has served after a burst of connections.  A CQ
  * with entries in use is never destroyed by aging.  A CQ made on a vector
@@ -299,9 +300,9 @@ enum ibext_recv_action {
  *	receives: it may post more, up to @posted (the SRQ's max_srq_size)
  * @IBEXT_SRQ_GROWN: ibext posted a step of managed buffers more; @posted is
  *	the number it now keeps posted
- * @IBEXT_SRQ_SHRUNK: no limit event for 60 s: ibext gives a step of managed
+ * @IBEXT_SRQ_SHRUNK: no limit event for ibext.age_ms (60 s): ibext gives a step of managed
  *	buffers back as they return; @posted is the number it now keeps posted
- * @IBEXT_SRQ_QUIET: no limit event for 60 s on an SRQ whose receives the ULP
+ * @IBEXT_SRQ_QUIET: no limit event for ibext.age_ms on an SRQ whose receives the ULP
  *	posts and on which it said (ibext_srq_pool_set_posted()) it keeps more
  *	posted than @srq_size: it may give some back, as they return, and say
  *	so again; @posted is the number it last said.  Once per quiet period.
@@ -367,7 +368,8 @@ struct ibext_srq_pool;
  * buffers, each limit event also grows that SRQ by a step of buffers (at
  * least @attr->srq_size, at most 8 steps to the cap), up to
  * @attr->max_srq_size, and re-arms the limit at a quarter of what is posted
- * then; after 60 s without a limit event the newest step is retired, its
+ * then; after ibext.age_ms (60 s by default) without a limit event the
+ * newest step is retired, its
  * buffers freed as they come back (a buffer still posted comes back only
  * when a message consumes it).  Without managed buffers, a limit event calls
  * @attr->pressure with IBEXT_SRQ_LOW and the ULP decides.  With managed

@@ -14,7 +14,8 @@ verify() {
 
 # The target's SRQs follow the load (ulp/nvmet-rdma.patch): each starts with
 # srq_start commands, posts a step more on IBEXT_SRQ_LOW, and retires one on
-# IBEXT_SRQ_QUIET, a quiet period (60 s) after the last limit event. Forced:
+# IBEXT_SRQ_QUIET, a quiet period (ibext.age_ms, 10 s here) after the last
+# limit event. Forced:
 # a namespace on a null_blk device that completes each I/O 5 s after it
 # arrives holds 7/8 of srq_start commands at the target: past the limit (a
 # quarter of what is posted), so an SRQ must grow by a step as large as what
@@ -22,11 +23,16 @@ verify() {
 # so no command finds an SRQ empty. No RNR NAK may be sent: over rxe one ends
 # nvme-rdma's connection (see ulp/nvmet-rdma.patch), so no error recovery of
 # the host either. What each SRQ holds is what the port said last
-# (ibext_srq_pool_set_posted()), owner_posted in ibext's debugfs.
+# (ibext_srq_pool_set_posted()), owner_posted in ibext's debugfs, and the
+# most it held owner_posted_peak.
+AGE=/sys/module/ibext/parameters/age_ms
 srq_all_at() { [ "$(srq_stat max owner_posted)" = $1 ] && [ "$(srq_stat min owner_posted)" = $1 ]; }
 recoveries() { dmesg | grep -c 'nvme nvme[0-9]*: starting error recovery'; }
 srq_elastic() {
 	start=$(cat /sys/module/nvmet_rdma/parameters/srq_start) || return 1
+	# Below 1 s, refused and unchanged.
+	! echo 999 2>/dev/null > $AGE && [ "$(cat $AGE)" = 60000 ] && echo 10000 > $AGE ||
+		{ echo "ibext.age_ms: $(cat $AGE)"; return 1; }
 	srq_all_at $start || { echo "SRQs not at srq_start $start"; cat $D/rxe1/srq_pool.*/stats; return 1; }
 	B=$CFS/nullb/nullb1 N=$CFS/nvmet/subsystems/$NQN/namespaces/2
 	mkdir $B && echo 4 > $B/size && echo 4096 > $B/blocksize && echo 2 > $B/irqmode &&
@@ -41,7 +47,7 @@ srq_elastic() {
 	fio_ok --name=held --filename="$(nvme_dev 2)" --direct=1 --ioengine=libaio --bs=4k \
 		--rw=randread --iodepth=$hold --number_ios=$hold --size=4M --cpus_allowed=0 \
 		--minimal || return 1
-	grown=$(srq_stat max owner_posted) le=$(($(srq_stat sum limit_events) - le0))
+	grown=$(srq_stat max owner_posted_peak) le=$(($(srq_stat sum limit_events) - le0))
 	rnr=$(($(rnr_naks) - rnr0)) rec=$(($(recoveries) - rec0))
 	note "nvme: $hold held commands: $le SRQ limit events, an SRQ grew from $start to $grown, $rnr RNR NAKs, $rec host error recoveries"
 	# rmdir of the enabled namespace, as nvmetcli does: while a namespace is
@@ -56,6 +62,7 @@ srq_elastic() {
 	wait_for $(((grown / start) * 70 + 60)) "SRQs back at $start" srq_all_at $start ||
 		{ cat $D/rxe1/srq_pool.*/stats; return 1; }
 	note "nvme: every SRQ back at $start commands after the quiet periods"
+	echo 60000 > $AGE || return 1
 	# The retired steps' commands come back as commands consume them.
 	fio_verify 1 1 verify
 }

@@ -78,9 +78,10 @@ pub(crate) fn pick_least_used<'a, S: Slot + 'a>(
     best.map(|(i, _)| i)
 }
 
-/// How long a pooled CQ stays with no entries in use before aging destroys it: 60 s, the age
-/// after which upstream's FRMR pools (7.1) free idle objects. Long enough that a ULP
-/// reconnecting its queues finds its CQs still there; short against the life of a device.
+/// How long a pooled CQ stays with no entries in use before aging destroys it, by default (the
+/// module parameter `ibext.age_ms` sets another): 60 s, the age after which upstream's FRMR
+/// pools (7.1) free idle objects. Long enough that a ULP reconnecting its queues finds its CQs
+/// still there; short against the life of a device.
 pub(crate) const AGE_MS: u64 = 60_000;
 
 /// What aging needs to know of one pooled CQ beyond [`Slot`].
@@ -90,16 +91,18 @@ pub(crate) trait AgingSlot: Slot {
     fn idle_since_ms(&self) -> u64;
 }
 
-/// One aging pass over a pool's CQs at `now_ms`, in `slots` order (oldest first): calls
-/// `destroy(pos)` for every CQ to destroy, and returns the milliseconds until the next CQ that
-/// is idle but not old enough would age out (`None`: no such CQ, no pass needed).
+/// One aging pass over a pool's CQs at `now_ms`, with an aging period of `age_ms`, in `slots`
+/// order (oldest first): calls `destroy(pos)` for every CQ to destroy, and returns the
+/// milliseconds until the next CQ that is idle but not old enough would age out (`None`: no
+/// such CQ, no pass needed).
 ///
 /// A CQ ages out when it is live (`capacity() > 0`), has had no entries in use for
-/// [`AGE_MS`], and is not its vector's floor: the oldest live CQ on its vector, busy or idle,
+/// `age_ms`, and is not its vector's floor: the oldest live CQ on its vector, busy or idle,
 /// always stays, so that a get on a vector the pool has served finds a CQ without allocating.
 pub(crate) fn age_pass<'a, S, I>(
     slots: I,
     now_ms: u64,
+    age_ms: u64,
     mut destroy: impl FnMut(usize),
 ) -> Option<u64>
 where
@@ -119,10 +122,10 @@ where
             continue;
         }
         let idle = now_ms.saturating_sub(s.idle_since_ms());
-        if idle >= AGE_MS {
+        if idle >= age_ms {
             destroy(pos);
         } else {
-            let left = AGE_MS - idle;
+            let left = age_ms - idle;
             next = Some(next.map_or(left, |n| n.min(left)));
         }
     }

@@ -11,8 +11,9 @@
 //!
 //! - A limit event (fewer receives posted than the limit) adds a step, up to the SRQ's cap,
 //!   and arms the limit again at a quarter of what is now meant to be posted.
-//! - Once no limit event has come for an aging period ([`AGE_MS`]), the newest step retires,
-//!   one step per quiet period, and the limit follows what is meant to be posted.
+//! - Once no limit event has come for an aging period (`age_ms`, by default
+//!   [`AGE_MS`](super::cq_pool::AGE_MS)), the newest step retires, one step per quiet period,
+//!   and the limit follows what is meant to be posted.
 //! - While grown, the work looks again when a quiet period could have passed.
 //!
 //! An SRQ whose receives the owner posts grows nothing itself. The owner says how many it keeps
@@ -21,10 +22,7 @@
 //! limit event has come for an aging period while it keeps more posted than at creation, it is
 //! told [`Pressure::Quiet`] (it may give some back), one quiet period at a time.
 
-use super::{
-    cq_pool::AGE_MS,
-    srq_pool::{limit_for, next_step},
-};
+use super::srq_pool::{limit_for, next_step};
 
 /// What changed about an SRQ's receives, for the owner's `pressure` callback
 /// (`enum ibext_srq_pressure`).
@@ -130,12 +128,14 @@ impl Growth {
     /// One run of the maintenance work at `now` (milliseconds), after `limit_hit` limit events
     /// (any number since the last run count as one). `aging_now` is the clock aging is measured
     /// on: `now`, or in the KUnit flavour a shifted one; `None` holds aging (nothing retires).
+    /// `age_ms` is the aging period.
     pub(crate) fn run<S: Steps>(
         &mut self,
         s: &mut S,
         limit_hit: bool,
         now: u64,
         aging_now: Option<u64>,
+        age_ms: u64,
     ) -> Ran {
         let mut ran = Ran::default();
         if limit_hit {
@@ -153,7 +153,7 @@ impl Growth {
             }
             ran.arm_failed = !self.rearm(s);
         } else if self.own == 0 {
-            if s.declared() > self.base && self.quiet_at(aging_now) >= AGE_MS {
+            if s.declared() > self.base && self.quiet_at(aging_now) >= age_ms {
                 // One notice per quiet period, as one step retires per period.
                 self.last_pressure_ms = now;
                 ran.shrunk = true;
@@ -163,7 +163,7 @@ impl Growth {
             if self.limit != self.wanted_limit(s) {
                 ran.arm_failed = !self.rearm(s);
             }
-        } else if self.quiet_at(aging_now) >= AGE_MS && s.retire_newest() > 0 {
+        } else if self.quiet_at(aging_now) >= age_ms && s.retire_newest() > 0 {
             // One step per quiet period: the next goes only if the quiet lasts another.
             self.last_pressure_ms = now;
             ran.shrunk = true;
@@ -178,7 +178,7 @@ impl Growth {
         };
         if grown {
             let quiet = now.saturating_sub(self.last_pressure_ms);
-            ran.again_in_ms = Some(AGE_MS.saturating_sub(quiet).max(1));
+            ran.again_in_ms = Some(age_ms.saturating_sub(quiet).max(1));
         }
         ran
     }
