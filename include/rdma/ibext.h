@@ -64,12 +64,11 @@ struct ibext_cq_attr {
  * none has room, the pool grows by one CQ per usable vector, each of
  * min(max_cqe, max(@nr_cqe, 4096)) entries.  A CQ whose entries have all
  * been put back for the module parameter ibext.age_ms (60 s by default) is
- * destroyed, except the oldest CQ of each vector
- * of each pool (poll context and moderation), so that the pool shrinks back
- * to one CQ per vector it has served after a burst of connections.  A CQ
- * with entries in use is never destroyed by aging.  A CQ made on a vector
- * that is beyond the usable count after CPUs went offline keeps working for
- * its holders.
+ * destroyed, except the oldest CQ of each vector of each pool (poll context
+ * and moderation), so that the pool shrinks back to one CQ per vector it has
+ * served after a burst of connections.  A CQ with entries in use is never
+ * destroyed by aging.  A CQ made on a vector that is beyond the usable count
+ * after CPUs went offline keeps working for its holders.
  *
  * Work requests posted to QPs on the CQ must set wr_cqe; ibext's completion
  * engine calls wc->wr_cqe->done(cq, wc) once for every completion, in the
@@ -300,12 +299,14 @@ enum ibext_recv_action {
  *	receives: it may post more, up to @posted (the SRQ's max_srq_size)
  * @IBEXT_SRQ_GROWN: ibext posted a step of managed buffers more; @posted is
  *	the number it now keeps posted
- * @IBEXT_SRQ_SHRUNK: no limit event for ibext.age_ms (60 s): ibext gives a step of managed
- *	buffers back as they return; @posted is the number it now keeps posted
- * @IBEXT_SRQ_QUIET: no limit event for ibext.age_ms on an SRQ whose receives the ULP
- *	posts and on which it said (ibext_srq_pool_set_posted()) it keeps more
- *	posted than @srq_size: it may give some back, as they return, and say
- *	so again; @posted is the number it last said.  Once per quiet period.
+ * @IBEXT_SRQ_SHRUNK: no limit event for ibext.age_ms (60 s by default):
+ *	ibext gives a step of managed buffers back as they return; @posted is
+ *	the number it now keeps posted
+ * @IBEXT_SRQ_QUIET: no limit event for ibext.age_ms on an SRQ whose
+ *	receives the ULP posts and on which it said
+ *	(ibext_srq_pool_set_posted()) it keeps more posted than @srq_size: it
+ *	may give some back, as they return, and say so again; @posted is the
+ *	number it last said.  Once per quiet period.
  */
 enum ibext_srq_pressure {
 	IBEXT_SRQ_LOW,
@@ -369,13 +370,13 @@ struct ibext_srq_pool;
  * least @attr->srq_size, at most 8 steps to the cap), up to
  * @attr->max_srq_size, and re-arms the limit at a quarter of what is posted
  * then; after ibext.age_ms (60 s by default) without a limit event the
- * newest step is retired, its
- * buffers freed as they come back (a buffer still posted comes back only
- * when a message consumes it).  Without managed buffers, a limit event calls
- * @attr->pressure with IBEXT_SRQ_LOW and the ULP decides.  With managed
- * buffers, receive completions arrive through the receive CQ of each QP
- * using the pool (a CQ from ibext_cq_pool_get() composes), whose poller
- * calls ibext's handler, which calls @attr->recv_done and reposts.
+ * newest step is retired, its buffers freed as they come back (a buffer
+ * still posted comes back only when a message consumes it).  Without
+ * managed buffers, a limit event calls @attr->pressure with IBEXT_SRQ_LOW
+ * and the ULP decides.  With managed buffers, receive completions arrive
+ * through the receive CQ of each QP using the pool (a CQ from
+ * ibext_cq_pool_get() composes), whose poller calls ibext's handler, which
+ * calls @attr->recv_done and reposts.
  *
  * Context: process context; may sleep.
  * Return: the pool, or an ERR_PTR(): -EINVAL for a NULL argument or
