@@ -141,7 +141,7 @@ def documents(args):
     return docs + ["finish"], want if "kunit" in docs else []
 
 
-def vng_command(args, flavour, kdir, bdir):
+def vng_command(args, docs, flavour, kdir, bdir):
     append = [ROOTFLAGS, "printk.devkmsg=on", "printk.time=1", "no_timer_check", "panic=-1"]
     smp = args.smp
     if flavour == "debug":
@@ -155,7 +155,7 @@ def vng_command(args, flavour, kdir, bdir):
         # rcu_is_watching; upstream: "kasan: Fix false-positive wild-memory-access on x86 under
         # 5-level paging", lkml.iu.edu/2606.1/07330.html). 4-level paging avoids it.
         append.append("no5lvl")
-    suite, docs = args.suite, documents(args)[0]
+    suite = args.suite
     if "kunit" in docs and (suite or args.mode == "bench"):
         append.append(f"kunit.filter_glob={suite or 'ibext_bench'}")
     if args.mode == "check" and not declared_suites().get(suite.split(".")[0]):
@@ -285,7 +285,7 @@ def parse_ktap(ksrc, name, lines, res, out):
     return test
 
 
-def judge(args, ksrc, log_path, why, out):
+def judge(args, want, ksrc, log_path, why, out):
     res = Result()
     raw = open(log_path, "rb").read().decode("utf-8", "replace")
     lines = [TS.sub("", l.rstrip("\r")) for l in raw.split("\n")]
@@ -300,7 +300,7 @@ def judge(args, ksrc, log_path, why, out):
             docs[current].append(line)
     if current:
         res.fail(f"KTAP document {current} never ended (the guest stopped inside it)")
-    want_docs, want_suites = documents(args)
+    want_docs, want_suites = want
     suites = []
     for name, block in docs.items():
         test = parse_ktap(ksrc, name, block, res, out)
@@ -377,6 +377,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     total, logs = Result(), []
+    want = documents(args)  # the same for every flavour
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"])
             for _ in range(os.cpu_count() or 2)] if args.stress else []
     try:
@@ -388,10 +389,10 @@ def main():
             print(f"ibext: booting the {flavour} kernel with vng (TCG"
                   f"{', instruction-count clock' if args.clock == 'icount' else ''}); "
                   f"console log: {log_path}", flush=True)
-            why, secs = boot(args, vng_command(args, flavour, kdir, bdir), log_path)
+            why, secs = boot(args, vng_command(args, want[0], flavour, kdir, bdir), log_path)
             ksrc = os.path.realpath(os.path.join(kdir, "source"))
             with open(ktap_path, "w") as out, contextlib.redirect_stdout(out):
-                res = judge(args, ksrc, log_path, why, out)
+                res = judge(args, want, ksrc, log_path, why, out)
             known = f", {res.known} known upstream report(s)" if res.known else ""
             print(f"ibext: {flavour} kernel: guest time per part: {phases(log_path)}\n"
                   f"ibext: {flavour} kernel: {res.passed} passed, {res.failed} failed{known} "
