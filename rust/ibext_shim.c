@@ -70,6 +70,13 @@ unsigned int ibext_shim_age_ms(void)
 	return READ_ONCE(ibext_age_ms);
 }
 
+#ifdef IBEXT_KUNIT
+int ibext_test_set_age_ms(const char *val)
+{
+	return ibext_age_ms_set(val, NULL);
+}
+#endif
+
 void *ibext_shim_get_client_data(struct ib_device *dev,
 				 struct ib_client *client)
 {

@@ -112,6 +112,8 @@ void ibext_shim_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t len);
 void ibext_shim_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t len);
 
 #ifdef IBEXT_KUNIT
+/* Sets ibext.age_ms as a write to the parameter does (rust/ibext_shim.c). */
+int ibext_test_set_age_ms(const char *val);
 /* Test-only helpers, rust/tests/qp.c. */
 struct ib_pd *ibext_test_alloc_pd(struct ib_device *dev);
 void ibext_test_dealloc_pd(struct ib_pd *pd);

@@ -26,9 +26,16 @@ use crate::{
     policy::{cq_pool::AGE_MS, moderation::Moderation},
     srq_pool::{CreateArgs, OwnedSrqPool},
     tests::hooks::a_period_later,
+    tunables,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use kernel::{c_str, fmt, prelude::*, str::CString, sync::Arc, workqueue};
+use kernel::{
+    c_str, fmt,
+    prelude::*,
+    str::{CStr, CString},
+    sync::Arc,
+    workqueue,
+};
 
 /// rxe0's state.
 fn rxe0_state(
@@ -106,6 +113,59 @@ fn burst_then_aging_leaves_the_floor() -> TestResult {
         );
     }
     Ok(())
+}
+
+/// Writes `val` to `ibext.age_ms` through the parameter's own setter; its return.
+fn set_age_ms(val: &CStr) -> i32 {
+    // SAFETY: `val` is a NUL-terminated string that outlives the call; the setter only reads it.
+    unsafe { crate::bindings::ibext_test_set_age_ms(val.as_char_ptr()) }
+}
+
+/// `ibext.age_ms` refuses what is not 1 s to 1 h and keeps its value. Set to 2 s, a pass ages
+/// out the idle CQs of a burst 2 s after they went idle and not 1 ms before, and says the next
+/// pass is due within 2 s. Passes are called with chosen times (the aging work is held), so
+/// nothing depends on the guest's speed.
+fn aging_follows_ibext_age_ms() -> TestResult {
+    for bad in [c_str!("999"), c_str!("3600001"), c_str!("0"), c_str!("two")] {
+        kassert_eq!(set_age_ms(bad), EINVAL.to_errno(), "{:?} taken", bad);
+        kassert_eq!(tunables::age_ms(), AGE_MS, "{:?} changed the period", bad);
+    }
+    kassert_eq!(set_age_ms(c_str!("2000")), 0);
+    let res = (|| -> TestResult {
+        const NR: u32 = 1024;
+        let dev = required(c_str!("rxe0"))?;
+        let state = rxe0_state(&dev)?;
+        let pools = state.cq_pools();
+        let ctx = PollCtx::Workqueue;
+        // Idle CQs left by other cases go first, so that only the burst's can age below.
+        age_all(&state);
+        let mut held = KVec::new();
+        for _ in 0..128 {
+            held.push(
+                CqEntries::get(dev.device(), NR, -1, ctx, Moderation::None)?,
+                GFP_KERNEL,
+            )?;
+        }
+        kassert!(
+            (0..state.comp_vectors()).all(|v| pools.live_on(ctx, Moderation::None, v) >= 2),
+            "the burst should need several CQs per vector"
+        );
+        let before = now_ms();
+        drop(held);
+        let after = now_ms();
+        let (n, next) = pools.age(before + 1999);
+        kassert_eq!(n, 0, "aged before 2 s");
+        kassert!(
+            next.is_some_and(|d| d <= 2000),
+            "next pass due in {:?}",
+            next
+        );
+        kassert!(pools.age(after + 2000).0 > 0, "nothing aged after 2 s");
+        Ok(())
+    })();
+    kassert_eq!(set_age_ms(c_str!("60000")), 0);
+    kassert_eq!(tunables::age_ms(), AGE_MS);
+    res
 }
 
 /// The aging work itself (not a pass called by the test): queued by the last put, run with its
@@ -477,6 +537,7 @@ kunit_suite!(
         the_aging_work_shrinks_the_pool,
         busy_cqs_survive_aging,
         aging_races_gets,
+        aging_follows_ibext_age_ms,
         vectors_follow_cpu_hotplug,
     ]
 );
