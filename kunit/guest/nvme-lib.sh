@@ -72,14 +72,19 @@ nvme_down() {
 # fio_verify <jobs> <depth> <write|verify>: 4 KiB random writes, each job on
 # its own slice of the namespace, every block read back and verified
 # (crc32c); "verify" only reads what a "write" pass of the same shape wrote.
+# At depth 1, where each I/O is a round trip of its own, the first quarter of
+# the namespace, at least 2 MiB (512 writes; the SRQ step's read pass must
+# consume what an SRQ grown to twice srq_start holds).
 fio_verify() {
 	fio_pass v "$(nvme_dev)" "$@" || return 1
-	note "nvme: fio $3, $2 deep, every block of ${NS_MB} MiB verified"
+	note "nvme: fio $3, $2 deep, every block of $FIO_MB MiB verified"
 }
 # fio_pass <name prefix> <disk> <jobs> <depth> <write|verify>: the pass of
-# fio_verify on any disk (the SRP steps' too).
+# fio_verify on any disk (the SRP steps' too); FIO_MB, the MiB it covers.
 fio_pass() {
-	slice=$((NS_MB / $3))
+	FIO_MB=$NS_MB
+	[ $4 != 1 ] || FIO_MB=$((NS_MB / 4 > 2 ? NS_MB / 4 : 2))
+	slice=$((FIO_MB / $3))
 	set -- --name=$1$3.$4 --filename="$2" --direct=1 --ioengine=libaio --bs=4k \
 		--rw=randwrite --numjobs=$3 --iodepth=$4 --size=${slice}M --offset_increment=${slice}M \
 		--verify=crc32c --verify_fatal=1 --randseed=$(($3 * 100 + $4)) --group_reporting \

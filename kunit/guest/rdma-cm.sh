@@ -10,7 +10,8 @@
 # context. The ULP's insmod returns only once traffic is flowing.
 . "$(dirname "$0")/lib.sh"
 
-CYCLES=10
+# Each of the 3 poll contexts without and with an SRQ pool, once.
+CYCLES=6
 removal_cycles() {
 	ip addr add 10.11.0.1/24 dev veth2
 	modprobe ibext || return 1

@@ -20,7 +20,7 @@ login() { modprobe ibext && ports && srp_target_up && srp_login && srp_uses_ibex
 # disk.
 srp_fio() {
 	fio_pass s "$(srp_dev)" "$@" || { rxe_errors; return 1; }
-	note "srp: fio $3, $1 jobs $2 deep, every block of ${NS_MB} MiB verified; rxe errors: $(rxe_errors)"
+	note "srp: fio $3, $1 jobs $2 deep, every block of $FIO_MB MiB verified; rxe errors: $(rxe_errors)"
 }
 
 verify() { srp_fio 4 16 write; }
