@@ -77,13 +77,16 @@ endif
 modules: kernel
 	+$(KMAKE) M=$(TOP) modules
 
-# Both module flavours against every kernel flavour, in build/<flavour>/.
+# Both module flavours against every kernel flavour, in build/<flavour>/, the
+# kernel flavours side by side (each build is mostly one job at a time); a
+# failed build's output is printed.
 flavours: kernels
-	@for f in $(FLAVOURS); do \
+	@mkdir -p $(BUILD); for f in $(FLAVOURS); do \
 		if [ $$f = custom ]; then k=$(KDIR); else k=$$($(TOP)/scripts/kernel-dir.sh $$f); fi; \
 		echo "ibext: building the modules for the $$f kernel"; \
-		$(TOP)/scripts/build-flavour.sh "$$k" $(BUILD)/$$f || exit 1; \
-	done
+		$(TOP)/scripts/build-flavour.sh "$$k" $(BUILD)/$$f > $(BUILD)/build-$$f.log 2>&1 & \
+	done; rc=0; for f in $(FLAVOURS); do wait -n || rc=1; done; \
+	for f in $(FLAVOURS); do cat $(BUILD)/build-$$f.log; done; exit $$rc
 
 # Both flavours through clippy-driver; the build must stay warning-free.
 clippy: kernel
