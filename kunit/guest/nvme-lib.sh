@@ -16,7 +16,7 @@ NQN=nqn.2026-12.org.ibext:rxe1
 HOSTID=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a5b
 # KASAN makes each I/O about ten times slower: the debug kernel verifies a
 # smaller namespace (its bugs show as reports, not as volume).
-NS_MB=32
+NS_MB=16
 [ "$FLAVOUR" = debug ] && NS_MB=4
 KMOD=/lib/modules/$(uname -r)/kernel/drivers/nvme
 
