@@ -17,7 +17,7 @@ HOSTID=4f2c8a1e-6d3b-4e5f-8a9b-0c1d2e3f4a5b
 # KASAN makes each I/O about ten times slower: the debug kernel verifies a
 # smaller namespace (its bugs show as reports, not as volume).
 NS_MB=16
-[ "$FLAVOUR" = debug ] && NS_MB=4
+[ "$FLAVOUR" = debug ] && NS_MB=2
 KMOD=/lib/modules/$(uname -r)/kernel/drivers/nvme
 
 # rdma_cm binds to an address only once its GID is in the device's table,
@@ -84,9 +84,9 @@ fio_verify() {
 fio_pass() {
 	FIO_MB=$NS_MB
 	[ $4 != 1 ] || FIO_MB=$((NS_MB / 4 > 2 ? NS_MB / 4 : 2))
-	slice=$((FIO_MB / $3))
+	slice=$((FIO_MB * 1024 / $3))
 	set -- --name=$1$3.$4 --filename="$2" --direct=1 --ioengine=libaio --bs=4k \
-		--rw=randwrite --numjobs=$3 --iodepth=$4 --size=${slice}M --offset_increment=${slice}M \
+		--rw=randwrite --numjobs=$3 --iodepth=$4 --size=${slice}k --offset_increment=${slice}k \
 		--verify=crc32c --verify_fatal=1 --randseed=$(($3 * 100 + $4)) --group_reporting \
 		--minimal $([ "$5" = verify ] && echo --verify_only)
 	fio_ok "$@"
