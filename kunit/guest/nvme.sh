@@ -15,16 +15,16 @@ verify() {
 # The target's SRQs follow the load (ulp/nvmet-rdma.patch): each starts with
 # srq_start commands, posts a step more on IBEXT_SRQ_LOW, and retires one on
 # IBEXT_SRQ_QUIET, a quiet period (ibext.age_ms, 10 s here) after the last
-# limit event. Forced:
-# a namespace on a null_blk device that completes each I/O 5 s after it
-# arrives holds 7/8 of srq_start commands at the target: past the limit (a
-# quarter of what is posted), so an SRQ must grow by a step as large as what
-# it holds, after which the limit is not reached again; and below srq_start,
-# so no command finds an SRQ empty. No RNR NAK may be sent: over rxe one ends
-# nvme-rdma's connection (see ulp/nvmet-rdma.patch), so no error recovery of
-# the host either. What each SRQ holds is what the port said last
-# (ibext_srq_pool_set_posted()), owner_posted in ibext's debugfs, and the
-# most it held owner_posted_peak.
+# limit event. Forced: a namespace on a null_blk device that completes each
+# I/O 3 s after it arrives (each read the kernel's partition scan and udev's
+# probe make of it takes that long too) holds 7/8 of srq_start commands at
+# the target: past the limit (a quarter of what is posted), so an SRQ must
+# grow by a step as large as what it holds, after which the limit is not
+# reached again; and below srq_start, so no command finds an SRQ empty. No
+# RNR NAK may be sent: over rxe one ends nvme-rdma's connection (see
+# ulp/nvmet-rdma.patch), so no error recovery of the host either. What each
+# SRQ holds is what the port said last (ibext_srq_pool_set_posted()),
+# owner_posted in ibext's debugfs, and the most it held owner_posted_peak.
 AGE=/sys/module/ibext/parameters/age_ms
 srq_all_at() { [ "$(srq_stat max owner_posted)" = $1 ] && [ "$(srq_stat min owner_posted)" = $1 ]; }
 recoveries() { dmesg | grep -c 'nvme nvme[0-9]*: starting error recovery'; }
@@ -36,7 +36,7 @@ srq_elastic() {
 	srq_all_at $start || { echo "SRQs not at srq_start $start"; cat $D/rxe1/srq_pool.*/stats; return 1; }
 	B=$CFS/nullb/nullb1 N=$CFS/nvmet/subsystems/$NQN/namespaces/2
 	mkdir $B && echo 4 > $B/size && echo 4096 > $B/blocksize && echo 2 > $B/irqmode &&
-		echo 5000000000 > $B/completion_nsec && echo 256 > $B/hw_queue_depth &&
+		echo 3000000000 > $B/completion_nsec && echo 256 > $B/hw_queue_depth &&
 		echo 1 > $B/power || return 1
 	mkdir $N && echo /dev/nullb1 > $N/device_path && echo 1 > $N/enable || return 1
 	wait_for 120 "namespace 2 on the host" nvme_dev 2 >/dev/null || return 1
