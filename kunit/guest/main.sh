@@ -83,10 +83,11 @@ failslab_setup() {
 # unchanged since the scan before (mm/kmemleak.c, kmemleak_scan()): two
 # scans, the second begun 6 s after this step.
 uptime_cs() { read -r up _ < /proc/uptime && echo $((${up%.*}${up#*.})); }
+six_s_since() { [ $(($(uptime_cs) - $1)) -ge 600 ]; }
 leak_scan() {
 	t=$(uptime_cs)
 	echo scan > /sys/kernel/debug/kmemleak
-	until [ $(($(uptime_cs) - t)) -ge 600 ]; do read -r -t 0.2 -u $NAP_FD || :; done
+	wait_for 60 "6 s after the first scan" six_s_since $t || return 1
 	echo scan > /sys/kernel/debug/kmemleak
 	cat /sys/kernel/debug/kmemleak > /tmp/kmemleak
 	[ ! -s /tmp/kmemleak ] || { cat /tmp/kmemleak; return 1; }
