@@ -107,6 +107,9 @@ def known_upstream_reports(lines):
 ROOTFLAGS = "rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=loose"
 TS = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
 MARK = re.compile(r"^ibext-guest: (begin|end) ktap (\S+)")
+# A line a guest script printed. Searched, not matched: text the demo writes to the console
+# can come first on the same line.
+SCRIPT_LINE = re.compile(r"ibext-ktap: (.*)$")
 SUITE_DECL = re.compile(r"^kunit_suite!\(\s*(\w+)\s*,\s*\[[^\]]*\]\s*(,\s*slow)?", re.M)
 
 
@@ -296,8 +299,10 @@ def judge(args, want, ksrc, log_path, why, out):
         if m:
             current = m.group(2) if m.group(1) == "begin" else None
             docs.setdefault(m.group(2), []) if current else None
-        elif current:
+        elif current == "kunit":  # the KUnit module's KTAP, printed by the kernel
             docs[current].append(line)
+        elif current and (script := SCRIPT_LINE.search(line)):
+            docs[current].append(script.group(1))
     if current:
         res.fail(f"KTAP document {current} never ended (the guest stopped inside it)")
     want_docs, want_suites = want

@@ -9,6 +9,7 @@
 #
 # Everything goes to the kernel log, in order with the kernel's messages:
 #   ibext-guest: begin|end ktap <name>   the KTAP of a script or KUnit module
+#   ibext-ktap: <line>                   a line a script printed (its KTAP)
 #   ibext-guest: done                    the guest finished normally
 #   ibext-bench: {json}                  one benchmark point (kunit/bench.py)
 FLAVOUR=$1 BDIR=$2 KDIR=$3 SMP=$4 DOCS=$5 SUITE=${6:-}
@@ -20,9 +21,11 @@ export FLAVOUR BDIR SMP KSRC KDIR SUITE
 cd /tmp || exit 1
 . "$G/lib.sh"
 # /dev/kmsg takes one record per write(), at most about 1000 bytes: lines
-# go one by one (programs writing to a pipe write whole buffers).
+# go one by one (programs writing to a pipe write whole buffers). Tagged: the
+# kernel's own lines between the markers (a KUnit module loaded by a script
+# prints KTAP of its own) are not the script's.
 exec 3> /dev/kmsg
-kmsg() { while IFS= read -r l; do printf '%s\n' "${l:0:900}" >&3; done; }
+kmsg() { while IFS= read -r l; do printf 'ibext-ktap: %s\n' "${l:0:900}" >&3; done; }
 log() { echo "ibext-guest: $*" >&3; }
 
 # 993 IPv6 addresses on veth0 nearly fill rxe0's GID table (1 + 993 of 1024
